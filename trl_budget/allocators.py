@@ -1,0 +1,404 @@
+"""Rollout-budget allocators: how many rollouts each prompt of a generation batch receives.
+
+Pure numpy, no torch and no TRL, so that every allocator can be used and tested alone on arrays.
+
+Every allocator maximises a separable objective ``sum_i V(N_i, p_i)`` whose marginal gains ``V(N + 1) - V(N)`` do not
+increase with ``N``. For such objectives handing out rollouts one at a time to the largest marginal gain is exactly
+optimal, and so is taking the ``R`` largest marginal gains over all prompts at once. `take_largest_gains` does the
+latter with one threshold search in numpy; prompts sharing a pass rate share a gain curve, so the work grows with the
+number of distinct pass rates, not with the number of prompts or rollouts.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Protocol
+
+import numpy as np
+
+__all__ = [
+    "Allocator",
+    "CoBAAllocator",
+    "KnapsackAllocator",
+    "UniformAllocator",
+    "spread_evenly",
+    "take_largest_gains",
+]
+
+
+class Allocator(Protocol):
+    """What the trainer needs from an allocator: one call that returns a count per prompt."""
+
+    def __call__(self, pass_rates: np.ndarray, budget: int, failure_rate: float | None = None) -> np.ndarray: ...
+
+
+def take_largest_gains(gains: np.ndarray, curve_of_prompt: np.ndarray, lower: np.ndarray, spare: int) -> np.ndarray:
+    """Counts that take the `spare` largest marginal gains over all prompts.
+
+    Args:
+        gains: `(curves, K)` array; `gains[d, n]` is the gain of going from `n` to `n + 1` rollouts on curve `d`,
+            non-increasing in `n`, and `-inf` where `n` is below the curve's lower bound or at/above its upper bound.
+        curve_of_prompt: `(prompts,)` index of each prompt's curve.
+        lower: `(curves,)` starting count of each curve.
+        spare: how many rollouts to hand out on top of the lower bounds; at most the total capacity.
+
+    Returns:
+        `(prompts,)` int64 counts. Ties at the threshold go to the lowest prompt index, so the result is deterministic.
+    """
+    counts = lower[curve_of_prompt].astype(np.int64)
+    if spare <= 0:
+        return counts
+    prompts_per_curve = np.bincount(curve_of_prompt, minlength=gains.shape[0])
+    flat = gains.ravel()
+    flat_weight = np.repeat(prompts_per_curve, gains.shape[1])
+    live = (flat_weight > 0) & np.isfinite(flat)
+    flat, flat_weight = flat[live], flat_weight[live]
+    if flat.size > spare:
+        # Each item stands for at least one rollout, so the `spare`-th largest item bounds the threshold from below.
+        kth_largest = np.partition(flat, flat.size - spare)[flat.size - spare]
+        candidates = flat >= kth_largest
+        flat, flat_weight = flat[candidates], flat_weight[candidates]
+    order = np.argsort(flat)[::-1]
+    taken = np.cumsum(flat_weight[order])
+    threshold = flat[order[np.searchsorted(taken, spare)]]
+
+    counts += (gains > threshold).sum(axis=1)[curve_of_prompt]
+    left = spare - int(counts.sum() - lower[curve_of_prompt].sum())
+    ties = (gains == threshold).sum(axis=1)[curve_of_prompt]
+    ties_before = np.cumsum(ties) - ties
+    counts += np.clip(left - ties_before, 0, ties)
+    return counts
+
+
+def allocate_by_curves(features: np.ndarray, lower: np.ndarray, width: int, gain_curves, spare: int) -> np.ndarray:
+    """Exact greedy optimum for prompts whose gain curves are described by rows of `features`.
+
+    Args:
+        features: `(prompts, F)` numbers that determine each prompt's gain curve (its pass rate, say).
+        lower: `(prompts,)` starting counts.
+        width: the upper bound on every count (curves may stop earlier by returning `-inf`).
+        gain_curves: `f(unique_features, levels, lower) -> (curves, width)` marginal gains, non-increasing in the
+            level from `lower` on.
+        spare: rollouts to hand out on top of `lower`, at most the capacity.
+    """
+    lower = np.asarray(lower, dtype=np.int64)
+    if lower.size == 0 or spare <= 0:
+        return lower.copy()
+    keys, curve_of_prompt = np.unique(np.column_stack([lower, features]), axis=0, return_inverse=True)
+    lo = keys[:, :1]
+    levels = np.arange(width, dtype=np.float64)
+    gains = np.where(levels >= lo, gain_curves(keys[:, 1:], levels, lo), np.inf)
+    gains = np.minimum.accumulate(gains, axis=1)  # guards the greedy against rounding
+    gains = np.where(levels >= lo, gains, -np.inf)
+    return take_largest_gains(gains, curve_of_prompt.ravel(), lo.ravel().astype(np.int64), spare)
+
+
+def spread_evenly(total: int, lower: np.ndarray, upper: np.ndarray) -> np.ndarray:
+    """Water-fill `total` rollouts over prompts bounded by `lower` and `upper`; the remainder goes to low indices."""
+    lower = np.asarray(lower, dtype=np.int64)
+    upper = np.asarray(upper, dtype=np.int64)
+    if lower.size == 0:
+        return lower.copy()
+    spare = min(total - int(lower.sum()), int((upper - lower).sum()))
+    return allocate_by_curves(upper[:, None], lower, int(upper.max()), _even_gains, spare)
+
+
+def _even_gains(upper: np.ndarray, levels: np.ndarray, lower: np.ndarray) -> np.ndarray:
+    return np.where(levels < upper, -levels, -np.inf)
+
+
+def _check_bounds(min_generations: int, max_generations: int) -> None:
+    if min_generations < 1:
+        raise ValueError(f"min_generations must be at least 1, got {min_generations}.")
+    if min_generations > max_generations:
+        raise ValueError(
+            f"min_generations ({min_generations}) must not exceed max_generations ({max_generations})."
+        )
+
+
+def _check_pass_rates(pass_rates) -> np.ndarray:
+    rates = np.asarray(pass_rates, dtype=np.float64)
+    if rates.ndim != 1 or rates.size == 0:
+        raise ValueError(f"pass_rates must be a non-empty 1-D array, got shape {rates.shape}.")
+    seen = rates[~np.isnan(rates)]
+    if np.any((seen < 0) | (seen > 1)):
+        bad = seen[(seen < 0) | (seen > 1)][0]
+        raise ValueError(f"pass_rates must lie in [0, 1] (NaN marks an unseen prompt); found {bad}.")
+    return rates
+
+
+def _check_failure_rate(failure_rate: float | None) -> None:
+    if failure_rate is not None and not 0.0 <= failure_rate <= 1.0:
+        raise ValueError(f"failure_rate must lie in [0, 1] or be None, got {failure_rate}.")
+
+
+class _BoundedAllocator:
+    """Validation shared by every allocator: bounds, pass rates and the budget they must meet."""
+
+    def __init__(self, min_generations: int, max_generations: int):
+        _check_bounds(min_generations, max_generations)
+        self.min_generations = int(min_generations)
+        self.max_generations = int(max_generations)
+
+    def _check_request(self, pass_rates, budget: int, failure_rate: float | None) -> np.ndarray:
+        rates = _check_pass_rates(pass_rates)
+        _check_failure_rate(failure_rate)
+        if int(budget) != budget:
+            raise ValueError(f"budget must be an integer number of rollouts, got {budget}.")
+        low, high = rates.size * self.min_generations, rates.size * self.max_generations
+        if not low <= budget <= high:
+            raise ValueError(
+                f"budget {budget} cannot be split over {rates.size} prompts with between {self.min_generations} and "
+                f"{self.max_generations} rollouts each: it must lie in [{low}, {high}]. Change the budget or the "
+                "min_generations / max_generations bounds."
+            )
+        return rates
+
+    def _check_counts(self, counts, pass_rates) -> tuple[np.ndarray, np.ndarray]:
+        rates = _check_pass_rates(pass_rates)
+        counts = np.asarray(counts)
+        if counts.shape != rates.shape:
+            raise ValueError(f"counts has shape {counts.shape} but pass_rates has shape {rates.shape}.")
+        return counts.astype(np.float64), rates
+
+    def __call__(self, pass_rates, budget: int, failure_rate: float | None = None) -> np.ndarray:
+        return self.allocate(pass_rates, budget, failure_rate)
+
+    def __repr__(self) -> str:
+        options = ", ".join(f"{name}={value!r}" for name, value in vars(self).items())
+        return f"{type(self).__name__}({options})"
+
+
+class UniformAllocator(_BoundedAllocator):
+    """GRPO's rule: every prompt gets the same count (the remainder, if any, goes to the first prompts)."""
+
+    def __init__(self, min_generations: int = 1, max_generations: int = 1 << 30):
+        super().__init__(min_generations, max_generations)
+
+    def allocate(self, pass_rates, budget: int, failure_rate: float | None = None) -> np.ndarray:
+        rates = self._check_request(pass_rates, budget, failure_rate)
+        base, remainder = divmod(int(budget), rates.size)
+        counts = np.full(rates.size, base, dtype=np.int64)
+        counts[:remainder] += 1
+        return counts
+
+    def value(self, counts, pass_rates, failure_rate: float | None = None) -> float:
+        """Minus the spread of the counts: 0 for an even split, lower for any other."""
+        counts, _ = self._check_counts(counts, pass_rates)
+        return -float(np.sum((counts - counts.mean()) ** 2))
+
+
+class KnapsackAllocator(_BoundedAllocator):
+    """Knapsack RL (Li et al., 2025): value = P(non-zero gradient) x information gain, exact greedy optimum.
+
+    Args:
+        min_generations, max_generations: bounds N_low, N_up on each prompt's count.
+        default_generations: count for a prompt without history (None: the even share `budget // prompts`).
+        zero_pass_generations: count for a prompt never solved (p = 0) before any fallback excess.
+        full_pass_generations: count for a prompt always solved (p = 1).
+        fallback: the published fallback; when the budget exceeds what the mixed prompts need to show a non-zero
+            gradient with probability `fallback_confidence`, they get just that and the excess goes to p = 0 prompts.
+        fallback_confidence: alpha in cost(p) = log(1 - alpha) / log(max(p, 1 - p)).
+    """
+
+    def __init__(
+        self,
+        min_generations: int = 2,
+        max_generations: int = 128,
+        default_generations: int | None = None,
+        zero_pass_generations: int = 2,
+        full_pass_generations: int = 2,
+        fallback: bool = True,
+        fallback_confidence: float = 0.9,
+    ):
+        super().__init__(min_generations, max_generations)
+        if not 0.0 < fallback_confidence < 1.0:
+            raise ValueError(f"fallback_confidence must lie in (0, 1), got {fallback_confidence}.")
+        for name, count in (
+            ("default_generations", default_generations),
+            ("zero_pass_generations", zero_pass_generations),
+            ("full_pass_generations", full_pass_generations),
+        ):
+            if count is not None and count < 1:
+                raise ValueError(f"{name} must be at least 1, got {count}.")
+        self.default_generations = default_generations
+        self.zero_pass_generations = zero_pass_generations
+        self.full_pass_generations = full_pass_generations
+        self.fallback = fallback
+        self.fallback_confidence = fallback_confidence
+
+    @staticmethod
+    def prompt_value(counts: np.ndarray, pass_rates: np.ndarray) -> np.ndarray:
+        """(1 - p^N - (1 - p)^N) p (1 - p)^2 per prompt; 0 for unseen prompts."""
+        p = np.nan_to_num(pass_rates, nan=0.0)
+        q = 1.0 - p
+        return (1.0 - p**counts - q**counts) * p * q**2
+
+    def value(self, counts, pass_rates, failure_rate: float | None = None) -> float:
+        counts, rates = self._check_counts(counts, pass_rates)
+        return float(self.prompt_value(counts, rates).sum())
+
+    def fallback_cost(self, pass_rates: np.ndarray) -> np.ndarray:
+        """Rollouts a mixed prompt needs to show a non-zero gradient with probability `fallback_confidence`."""
+        cost = np.log1p(-self.fallback_confidence) / np.log(np.maximum(pass_rates, 1.0 - pass_rates))
+        return np.clip(np.ceil(cost), self.min_generations, self.max_generations).astype(np.int64)
+
+    def _targets(self, rates: np.ndarray, budget: int) -> np.ndarray:
+        default = self.default_generations if self.default_generations is not None else budget // rates.size
+        targets = np.where(rates == 0.0, self.zero_pass_generations, self.full_pass_generations)
+        targets = np.where(np.isnan(rates), default, targets)
+        return np.clip(targets, self.min_generations, self.max_generations).astype(np.int64)
+
+    @staticmethod
+    def _gains(pass_rates: np.ndarray, levels: np.ndarray, lower: np.ndarray) -> np.ndarray:
+        p = pass_rates
+        q = 1.0 - p
+        return p * q**2 * (p**levels * q + q**levels * p)
+
+    def allocate(self, pass_rates, budget: int, failure_rate: float | None = None) -> np.ndarray:
+        rates = self._check_request(pass_rates, budget, failure_rate)
+        budget = int(budget)
+        mixed = (rates > 0.0) & (rates < 1.0)
+        fixed = ~mixed
+        counts = np.full(rates.size, self.min_generations, dtype=np.int64)
+        room_for_fixed = budget - int(mixed.sum()) * self.min_generations
+        counts[fixed] = spread_evenly(room_for_fixed, counts[fixed], self._targets(rates, budget)[fixed])
+        left = budget - int(counts.sum())
+        max_counts = np.full(rates.size, self.max_generations, dtype=np.int64)
+
+        costs = self.fallback_cost(rates[mixed])
+        if self.fallback and left >= int((costs - self.min_generations).sum()):
+            counts[mixed] = costs
+            left -= int((costs - self.min_generations).sum())
+            for receivers in (fixed & (rates == 0.0), fixed):
+                raised = spread_evenly(int(counts[receivers].sum()) + left, counts[receivers], max_counts[receivers])
+                left -= int((raised - counts[receivers]).sum())
+                counts[receivers] = raised
+        lower = counts[mixed]
+        spare = min(left, int((self.max_generations - lower).sum()))
+        counts[mixed] = allocate_by_curves(rates[mixed, None], lower, self.max_generations, self._gains, spare)
+        left -= spare
+        if left:  # every mixed prompt is at max_generations: the rest goes evenly to the others
+            counts[fixed] = spread_evenly(int(counts[fixed].sum()) + left, counts[fixed], max_counts[fixed])
+        return counts
+
+
+class CoBAAllocator(_BoundedAllocator):
+    """CoBA-RL (Yao et al., 2026): capability-oriented Beta value with budget saturation, exact greedy optimum.
+
+    Args:
+        min_generations, max_generations: bounds N_low, N_up on each prompt's count.
+        kappa: concentration of the Beta density (alpha + beta).
+        gamma: steepness of the sigmoid that maps a low failure rate to the Beta's alpha.
+        bucket_heuristic: the official release's extra rule, absent from the paper: only `exploration_share` of the
+            spare budget is optimised over prompts with `hard_threshold <= p <= easy_threshold`; the rest goes to very
+            hard prompts first, weighted by (1 - p).
+        exploration_share, hard_threshold, easy_threshold: settings of that heuristic.
+    """
+
+    def __init__(
+        self,
+        min_generations: int = 2,
+        max_generations: int = 128,
+        kappa: float = 11.0,
+        gamma: float = 10.0,
+        bucket_heuristic: bool = False,
+        exploration_share: float = 0.7,
+        hard_threshold: float = 0.05,
+        easy_threshold: float = 0.99,
+    ):
+        super().__init__(min_generations, max_generations)
+        if kappa <= 2.0:
+            raise ValueError(f"kappa must exceed 2 so that alpha and beta can both be at least 1, got {kappa}.")
+        if not 0.0 <= exploration_share <= 1.0:
+            raise ValueError(f"exploration_share must lie in [0, 1], got {exploration_share}.")
+        if not 0.0 <= hard_threshold < easy_threshold <= 1.0:
+            raise ValueError(
+                f"need 0 <= hard_threshold < easy_threshold <= 1, got {hard_threshold} and {easy_threshold}."
+            )
+        self.kappa = kappa
+        self.gamma = gamma
+        self.bucket_heuristic = bucket_heuristic
+        self.exploration_share = exploration_share
+        self.hard_threshold = hard_threshold
+        self.easy_threshold = easy_threshold
+
+    def beta_parameters(self, pass_rates, failure_rate: float | None = None) -> tuple[float, float]:
+        """(alpha_t, beta_t) of the Beta density; `failure_rate` defaults to 1 - mean pass rate of seen prompts."""
+        if failure_rate is None:
+            rates = np.asarray(pass_rates, dtype=np.float64)
+            seen = rates[~np.isnan(rates)]
+            failure_rate = 1.0 - float(seen.mean()) if seen.size else 0.5
+        if failure_rate <= 0.5:
+            failure_rate = 1.0 / (1.0 + math.exp(-self.gamma * (failure_rate - 0.5)))
+        alpha = min(max(1.0 + (self.kappa - 2.0) * failure_rate, 1.0), self.kappa - 1.0)
+        return alpha, self.kappa - alpha
+
+    def _weights_and_rates(self, rates: np.ndarray, failure_rate: float | None):
+        """Beta density weight and saturation rate c = p(1 - p) / tau per prompt, p clipped to [0.01, 0.99]."""
+        p = np.clip(np.nan_to_num(rates, nan=0.5), 0.01, 0.99)
+        alpha, beta = self.beta_parameters(rates, failure_rate)
+        log_norm = math.lgamma(alpha) + math.lgamma(beta) - math.lgamma(alpha + beta)
+        weight = np.exp((alpha - 1.0) * np.log(p) + (beta - 1.0) * np.log1p(-p) - log_norm)
+        tau = 3.0 + 9.0 * min(max(float(p.var()) / 0.1667, 0.0), 1.0)
+        return weight, p * (1.0 - p) / tau
+
+    def value(self, counts, pass_rates, failure_rate: float | None = None) -> float:
+        counts, rates = self._check_counts(counts, pass_rates)
+        _check_failure_rate(failure_rate)
+        weight, rate = self._weights_and_rates(rates, failure_rate)
+        return float(np.sum(-np.expm1(-counts * rate) * weight))
+
+    def _optimise(self, weight: np.ndarray, rate: np.ndarray, lower: np.ndarray, spare: int) -> np.ndarray:
+        features = np.column_stack([weight, rate])
+        return allocate_by_curves(features, lower, self.max_generations, _saturation_gains, spare)
+
+    def allocate(self, pass_rates, budget: int, failure_rate: float | None = None) -> np.ndarray:
+        rates = self._check_request(pass_rates, budget, failure_rate)
+        budget = int(budget)
+        if np.isnan(rates).all():
+            return UniformAllocator(self.min_generations, self.max_generations).allocate(rates, budget)
+        weight, rate = self._weights_and_rates(rates, failure_rate)
+        counts = np.full(rates.size, self.min_generations, dtype=np.int64)
+        if not self.bucket_heuristic:
+            return self._optimise(weight, rate, counts, budget - int(counts.sum()))
+        return self._allocate_by_buckets(rates, weight, rate, counts, budget)
+
+    def _allocate_by_buckets(self, rates, weight, rate, counts, budget: int) -> np.ndarray:
+        seen = ~np.isnan(rates)
+        hard = seen & (rates < self.hard_threshold)
+        easy = seen & (rates > self.easy_threshold)
+        explore = ~(hard | easy)
+        spare = budget - int(counts.sum())
+
+        def optimise_exploration(amount: int) -> int:
+            amount = min(amount, int((self.max_generations - counts[explore]).sum()))
+            counts[explore] = self._optimise(weight[explore], rate[explore], counts[explore], amount)
+            return amount
+
+        spare -= optimise_exploration(int(self.exploration_share * spare))
+        spare -= self._raise_in_proportion(counts, hard, 1.0 - rates, spare)
+        spare -= optimise_exploration(spare)
+        counts[easy] = spread_evenly(int(counts[easy].sum()) + spare, counts[easy], np.full(easy.sum(), self.max_generations))
+        return counts
+
+    def _raise_in_proportion(self, counts: np.ndarray, members: np.ndarray, weights: np.ndarray, amount: int) -> int:
+        """D'Hondt apportionment of up to `amount` rollouts over `members` in proportion to `weights`."""
+        amount = min(amount, int((self.max_generations - counts[members]).sum()))
+        if amount <= 0:
+            return 0
+        counts[members] = allocate_by_curves(
+            weights[members, None], counts[members], self.max_generations, _proportional_gains, amount
+        )
+        return amount
+
+
+def _saturation_gains(features: np.ndarray, levels: np.ndarray, lower: np.ndarray) -> np.ndarray:
+    """w * (eta(N + 1) - eta(N)) with eta(N) = 1 - exp(-N c)."""
+    weight, rate = features[:, :1], features[:, 1:]
+    return weight * -np.expm1(-rate) * np.exp(-levels * rate)
+
+
+def _proportional_gains(weights: np.ndarray, levels: np.ndarray, lower: np.ndarray) -> np.ndarray:
+    """D'Hondt quotients: the k-th extra rollout of a prompt is worth w / k."""
+    return weights / (np.maximum(levels - lower, 0.0) + 1.0)
