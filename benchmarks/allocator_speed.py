@@ -43,7 +43,7 @@ def knapsack_gain(rates):
 
 
 def coba_gain(allocator, rates, failure_rate):
-    weight, rate = allocator._weights_and_rates(rates, failure_rate)
+    weight, rate = allocator.saturation_curve(rates, failure_rate).weight_and_rate(rates)
 
     def gain(i, n):
         return weight[i] * -math.expm1(-rate[i]) * math.exp(-n * rate[i])
@@ -55,7 +55,7 @@ def value_table(allocator, rates, failure_rate, high):
     levels = np.arange(high + 1, dtype=np.float64)
     if isinstance(allocator, KnapsackAllocator):
         return KnapsackAllocator.prompt_value(levels[None, :], rates[:, None])
-    weight, rate = allocator._weights_and_rates(rates, failure_rate)
+    weight, rate = allocator.saturation_curve(rates, failure_rate).weight_and_rate(rates)
     return -np.expm1(-levels[None, :] * rate[:, None]) * weight[:, None]
 
 

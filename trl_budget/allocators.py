@@ -84,13 +84,29 @@ def allocate_by_curves(features: np.ndarray, lower: np.ndarray, width: int, gain
     lower = np.asarray(lower, dtype=np.int64)
     if lower.size == 0 or spare <= 0:
         return lower.copy()
-    keys, curve_of_prompt = np.unique(np.column_stack([lower, features]), axis=0, return_inverse=True)
+    keys, curve_of_prompt = _distinct_rows(np.column_stack([lower, features]))
     lo = keys[:, :1]
     levels = np.arange(width, dtype=np.float64)
     gains = np.where(levels >= lo, gain_curves(keys[:, 1:], levels, lo), np.inf)
     gains = np.minimum.accumulate(gains, axis=1)  # guards the greedy against rounding
     gains = np.where(levels >= lo, gains, -np.inf)
-    return take_largest_gains(gains, curve_of_prompt.ravel(), lo.ravel().astype(np.int64), spare)
+    return take_largest_gains(gains, curve_of_prompt, lo.ravel().astype(np.int64), spare)
+
+
+def _distinct_rows(table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct rows of a 2-D array and the index of each row's distinct row.
+
+    Column-wise 1-D sorts combined into one integer code: much faster than `np.unique(axis=0)`, which sorts rows as
+    opaque byte strings.
+    """
+    codes = np.zeros(table.shape[0], dtype=np.int64)
+    for column in table.T:
+        if column[0] == column[-1] and (column == column[0]).all():
+            continue
+        values, inverse = np.unique(column, return_inverse=True)
+        codes = codes * values.size + inverse
+    _, first, row_of = np.unique(codes, return_index=True, return_inverse=True)
+    return table[first], row_of.ravel()
 
 
 def spread_evenly(total: int, lower: np.ndarray, upper: np.ndarray) -> np.ndarray:
@@ -334,37 +350,34 @@ class CoBAAllocator(_BoundedAllocator):
         alpha = min(max(1.0 + (self.kappa - 2.0) * failure_rate, 1.0), self.kappa - 1.0)
         return alpha, self.kappa - alpha
 
-    def _weights_and_rates(self, rates: np.ndarray, failure_rate: float | None):
-        """Beta density weight and saturation rate c = p(1 - p) / tau per prompt, p clipped to [0.01, 0.99]."""
-        p = np.clip(np.nan_to_num(rates, nan=0.5), 0.01, 0.99)
-        alpha, beta = self.beta_parameters(rates, failure_rate)
-        log_norm = math.lgamma(alpha) + math.lgamma(beta) - math.lgamma(alpha + beta)
-        weight = np.exp((alpha - 1.0) * np.log(p) + (beta - 1.0) * np.log1p(-p) - log_norm)
+    def saturation_curve(self, pass_rates, failure_rate: float | None = None) -> "_SaturationCurve":
+        """The batch's value curve: Beta density from the failure rate, tau from the spread of pass rates."""
+        p = _clipped_pass_rates(pass_rates)
+        alpha, beta = self.beta_parameters(pass_rates, failure_rate)
         tau = 3.0 + 9.0 * min(max(float(p.var()) / 0.1667, 0.0), 1.0)
-        return weight, p * (1.0 - p) / tau
+        return _SaturationCurve(alpha, beta, tau)
 
     def value(self, counts, pass_rates, failure_rate: float | None = None) -> float:
         counts, rates = self._check_counts(counts, pass_rates)
         _check_failure_rate(failure_rate)
-        weight, rate = self._weights_and_rates(rates, failure_rate)
+        weight, rate = self.saturation_curve(rates, failure_rate).weight_and_rate(_clipped_pass_rates(rates))
         return float(np.sum(-np.expm1(-counts * rate) * weight))
-
-    def _optimise(self, weight: np.ndarray, rate: np.ndarray, lower: np.ndarray, spare: int) -> np.ndarray:
-        features = np.column_stack([weight, rate])
-        return allocate_by_curves(features, lower, self.max_generations, _saturation_gains, spare)
 
     def allocate(self, pass_rates, budget: int, failure_rate: float | None = None) -> np.ndarray:
         rates = self._check_request(pass_rates, budget, failure_rate)
         budget = int(budget)
         if np.isnan(rates).all():
             return UniformAllocator(self.min_generations, self.max_generations).allocate(rates, budget)
-        weight, rate = self._weights_and_rates(rates, failure_rate)
+        curve = self.saturation_curve(rates, failure_rate)
         counts = np.full(rates.size, self.min_generations, dtype=np.int64)
         if not self.bucket_heuristic:
-            return self._optimise(weight, rate, counts, budget - int(counts.sum()))
-        return self._allocate_by_buckets(rates, weight, rate, counts, budget)
+            return self._optimise(curve, rates, counts, budget - int(counts.sum()))
+        return self._allocate_by_buckets(curve, rates, counts, budget)
 
-    def _allocate_by_buckets(self, rates, weight, rate, counts, budget: int) -> np.ndarray:
+    def _optimise(self, curve: "_SaturationCurve", rates: np.ndarray, lower: np.ndarray, spare: int) -> np.ndarray:
+        return allocate_by_curves(_clipped_pass_rates(rates)[:, None], lower, self.max_generations, curve, spare)
+
+    def _allocate_by_buckets(self, curve, rates, counts, budget: int) -> np.ndarray:
         seen = ~np.isnan(rates)
         hard = seen & (rates < self.hard_threshold)
         easy = seen & (rates > self.easy_threshold)
@@ -373,13 +386,14 @@ class CoBAAllocator(_BoundedAllocator):
 
         def optimise_exploration(amount: int) -> int:
             amount = min(amount, int((self.max_generations - counts[explore]).sum()))
-            counts[explore] = self._optimise(weight[explore], rate[explore], counts[explore], amount)
+            counts[explore] = self._optimise(curve, rates[explore], counts[explore], amount)
             return amount
 
         spare -= optimise_exploration(int(self.exploration_share * spare))
         spare -= self._raise_in_proportion(counts, hard, 1.0 - rates, spare)
         spare -= optimise_exploration(spare)
-        counts[easy] = spread_evenly(int(counts[easy].sum()) + spare, counts[easy], np.full(easy.sum(), self.max_generations))
+        upper = np.full(int(easy.sum()), self.max_generations)
+        counts[easy] = spread_evenly(int(counts[easy].sum()) + spare, counts[easy], upper)
         return counts
 
     def _raise_in_proportion(self, counts: np.ndarray, members: np.ndarray, weights: np.ndarray, amount: int) -> int:
@@ -393,10 +407,26 @@ class CoBAAllocator(_BoundedAllocator):
         return amount
 
 
-def _saturation_gains(features: np.ndarray, levels: np.ndarray, lower: np.ndarray) -> np.ndarray:
-    """w * (eta(N + 1) - eta(N)) with eta(N) = 1 - exp(-N c)."""
-    weight, rate = features[:, :1], features[:, 1:]
-    return weight * -np.expm1(-rate) * np.exp(-levels * rate)
+def _clipped_pass_rates(pass_rates) -> np.ndarray:
+    """CoBA's view of pass rates: unseen prompts at 0.5, all clipped to [0.01, 0.99]."""
+    return np.clip(np.nan_to_num(np.asarray(pass_rates, dtype=np.float64), nan=0.5), 0.01, 0.99)
+
+
+class _SaturationCurve:
+    """CoBA's V(N, p) = (1 - exp(-N p (1 - p) / tau)) BetaPDF(p; alpha, beta) for one batch."""
+
+    def __init__(self, alpha: float, beta: float, tau: float):
+        self.alpha, self.beta, self.tau = alpha, beta, tau
+        self._log_norm = math.lgamma(alpha) + math.lgamma(beta) - math.lgamma(alpha + beta)
+
+    def weight_and_rate(self, p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        weight = np.exp((self.alpha - 1.0) * np.log(p) + (self.beta - 1.0) * np.log1p(-p) - self._log_norm)
+        return weight, p * (1.0 - p) / self.tau
+
+    def __call__(self, p: np.ndarray, levels: np.ndarray, lower: np.ndarray) -> np.ndarray:
+        """Marginal gains V(N + 1) - V(N) = w exp(-N c) (1 - exp(-c)), a geometric sequence in N."""
+        weight, rate = self.weight_and_rate(p)
+        return weight * -np.expm1(-rate) * np.exp(-levels * rate)
 
 
 def _proportional_gains(weights: np.ndarray, levels: np.ndarray, lower: np.ndarray) -> np.ndarray:

@@ -1,0 +1,161 @@
+"""`BudgetGRPOConfig`: TRL's `GRPOConfig` plus the settings of rollout-budget allocation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+from trl import GRPOConfig
+
+ALLOCATOR_NAMES = ("knapsack", "coba", "uniform")
+
+
+@dataclass
+class BudgetGRPOConfig(GRPOConfig):
+    r"""
+    Configuration class for the [`BudgetGRPOTrainer`].
+
+    Everything of [`~trl.GRPOConfig`] keeps its meaning. `num_generations` becomes the *average* number of rollouts per
+    prompt: each generation batch still holds `generation_batch_size` rollouts, so a step costs what it costs with
+    `GRPOTrainer`, but the allocator decides how they are shared among the batch's prompts.
+
+    Parameters:
+        > Parameters that control the allocation
+
+        budget_allocator (`str`, *optional*, defaults to `"knapsack"`):
+            Allocation rule: `"knapsack"` (Knapsack RL), `"coba"` (CoBA-RL) or `"uniform"` (GRPO's equal split). Ignored
+            when an `allocator` object is passed to the trainer.
+        min_generations (`int`, *optional*, defaults to `2`):
+            Fewest rollouts a prompt of the batch can receive.
+        max_generations (`int`, *optional*, defaults to `128`):
+            Most rollouts a prompt of the batch can receive.
+
+        > Parameters that control the capability tracker
+
+        pass_rate_window (`int`, *optional*, defaults to `1`):
+            Number of recent visits of a prompt whose rollouts form its pass-rate estimate (1: the last visit).
+        success_threshold (`float`, *optional*, defaults to `1.0`):
+            A rollout counts as a success when its total (weighted) reward is at least this value.
+        failure_rate_window (`int`, *optional*, defaults to `10`):
+            Number of recent generation batches over which the global failure rate is averaged.
+        prompt_id_column (`str` or `None`, *optional*, defaults to `None`):
+            Dataset column identifying a prompt. When `None`, a stable hash of the prompt content is used.
+
+        > Parameters of the Knapsack RL allocator
+
+        knapsack_fallback (`bool`, *optional*, defaults to `True`):
+            Published fallback: mixed prompts get only the rollouts they need to show a non-zero gradient, and the
+            excess goes to prompts never solved.
+        knapsack_fallback_confidence (`float`, *optional*, defaults to `0.9`):
+            Probability of a non-zero gradient that the fallback's cost estimate aims for.
+        knapsack_zero_pass_generations (`int`, *optional*, defaults to `2`):
+            Rollouts for a prompt whose last visit had no success.
+        knapsack_full_pass_generations (`int`, *optional*, defaults to `2`):
+            Rollouts for a prompt whose last visit had only successes.
+
+        > Parameters of the CoBA-RL allocator
+
+        coba_kappa (`float`, *optional*, defaults to `11.0`):
+            Concentration alpha + beta of the capability-oriented Beta density.
+        coba_gamma (`float`, *optional*, defaults to `10.0`):
+            Steepness of the sigmoid applied to failure rates below 0.5.
+        coba_bucket_heuristic (`bool`, *optional*, defaults to `False`):
+            The official CoBA-RL release's bucket rule (not in the paper): only `coba_exploration_share` of the spare
+            budget is optimised, the rest goes to very hard prompts first.
+        coba_exploration_share (`float`, *optional*, defaults to `0.7`):
+            Share of the spare budget optimised over exploration prompts under the bucket rule.
+    """
+
+    budget_allocator: str = field(
+        default="knapsack",
+        metadata={
+            "help": "Allocation rule: 'knapsack' (Knapsack RL), 'coba' (CoBA-RL) or 'uniform' (GRPO's equal split). "
+            "Ignored when an `allocator` object is passed to the trainer.",
+            "choices": list(ALLOCATOR_NAMES),
+        },
+    )
+    min_generations: int = field(default=2, metadata={"help": "Fewest rollouts a prompt of the batch can receive."})
+    max_generations: int = field(default=128, metadata={"help": "Most rollouts a prompt of the batch can receive."})
+    pass_rate_window: int = field(
+        default=1,
+        metadata={"help": "Number of recent visits of a prompt whose rollouts form its pass-rate estimate."},
+    )
+    success_threshold: float = field(
+        default=1.0,
+        metadata={"help": "A rollout counts as a success when its total (weighted) reward is at least this value."},
+    )
+    failure_rate_window: int = field(
+        default=10,
+        metadata={"help": "Number of recent generation batches over which the global failure rate is averaged."},
+    )
+    prompt_id_column: str | None = field(
+        default=None,
+        metadata={"help": "Dataset column identifying a prompt. When None, a stable hash of the prompt is used."},
+    )
+    knapsack_fallback: bool = field(
+        default=True,
+        metadata={
+            "help": "Knapsack RL's fallback: mixed prompts get only the rollouts they need to show a non-zero "
+            "gradient, and the excess goes to prompts never solved."
+        },
+    )
+    knapsack_fallback_confidence: float = field(
+        default=0.9,
+        metadata={"help": "Probability of a non-zero gradient that the fallback's cost estimate aims for."},
+    )
+    knapsack_zero_pass_generations: int = field(
+        default=2, metadata={"help": "Rollouts for a prompt whose last visit had no success."}
+    )
+    knapsack_full_pass_generations: int = field(
+        default=2, metadata={"help": "Rollouts for a prompt whose last visit had only successes."}
+    )
+    coba_kappa: float = field(
+        default=11.0, metadata={"help": "Concentration alpha + beta of CoBA-RL's capability-oriented Beta density."}
+    )
+    coba_gamma: float = field(
+        default=10.0, metadata={"help": "Steepness of CoBA-RL's sigmoid applied to failure rates below 0.5."}
+    )
+    coba_bucket_heuristic: bool = field(
+        default=False,
+        metadata={
+            "help": "The official CoBA-RL release's bucket rule (not in the paper): only `coba_exploration_share` of "
+            "the spare budget is optimised, the rest goes to very hard prompts first."
+        },
+    )
+    coba_exploration_share: float = field(
+        default=0.7,
+        metadata={"help": "Share of the spare budget optimised over exploration prompts under the bucket rule."},
+    )
+
+    def __post_init__(self):
+        super().__post_init__()
+        self.check_budget_settings()
+
+    def check_budget_settings(self) -> None:
+        """Raise a `ValueError` naming the first budget setting that cannot work."""
+        if self.budget_allocator not in ALLOCATOR_NAMES:
+            raise ValueError(
+                f"budget_allocator={self.budget_allocator!r} is unknown; choose one of {', '.join(ALLOCATOR_NAMES)} "
+                "or pass an allocator object to BudgetGRPOTrainer(allocator=...)."
+            )
+        if self.min_generations < 1:
+            raise ValueError(f"min_generations must be at least 1, got {self.min_generations}.")
+        if not self.min_generations <= self.num_generations <= self.max_generations:
+            raise ValueError(
+                f"num_generations ({self.num_generations}) is the average number of rollouts per prompt, so it must "
+                f"lie between min_generations ({self.min_generations}) and max_generations ({self.max_generations}); "
+                "otherwise the batch's budget cannot be split within the bounds."
+            )
+        for name in ("pass_rate_window", "failure_rate_window"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}.")
+
+    @classmethod
+    def from_grpo_config(cls, args: GRPOConfig) -> "BudgetGRPOConfig":
+        """Turn a plain `GRPOConfig` (already post-initialised) into a `BudgetGRPOConfig` with default budget settings."""
+        config = cls.__new__(cls)
+        config.__dict__.update(args.__dict__)
+        for budget_field in fields(cls):
+            if budget_field.name not in args.__dict__:
+                setattr(config, budget_field.name, budget_field.default)
+        config.check_budget_settings()
+        return config
