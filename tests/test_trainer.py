@@ -1,0 +1,265 @@
+import json
+
+import numpy as np
+import pytest
+import torch
+from conftest import config_kwargs, make_dataset, parity_reward
+from datasets import concatenate_datasets
+from trl import GRPOConfig, GRPOTrainer
+
+from trl_budget import BudgetGRPOConfig, BudgetGRPOTrainer, CapabilityTracker, KnapsackAllocator
+from trl_budget.tiny import build_tiny_model
+from trl_budget.trainer import TRACKER_STATE_NAME
+
+
+class RecordingAllocator:
+    """Delegates to a real allocator and keeps every decision, to compare runs."""
+
+    def __init__(self, allocator):
+        self.allocator = allocator
+        self.decisions = []
+
+    def __call__(self, pass_rates, budget, failure_rate=None):
+        counts = self.allocator(pass_rates, budget, failure_rate)
+        if not np.isnan(pass_rates).all():  # the construction-time probe sees only unseen prompts
+            self.decisions.append((pass_rates.tolist(), failure_rate, counts.tolist()))
+        return counts
+
+
+def train(tmp_path, tokenizer, allocator=None, dataset=None, model=None, **overrides):
+    args = BudgetGRPOConfig(**config_kwargs(tmp_path / "run", **overrides))
+    trainer = BudgetGRPOTrainer(
+        model=model if model is not None else build_tiny_model(tokenizer),
+        reward_funcs=parity_reward,
+        args=args,
+        train_dataset=dataset if dataset is not None else make_dataset(),
+        processing_class=tokenizer,
+        allocator=allocator,
+    )
+    trainer.train()
+    return trainer
+
+
+@pytest.mark.parametrize("name", ["knapsack", "coba", "uniform"])
+def test_train_with_each_allocator(tmp_path, tokenizer, name):
+    trainer = train(tmp_path, tokenizer, budget_allocator=name, max_steps=6)
+    logs = [entry for entry in trainer.state.log_history if "budget/rollouts_mean" in entry]
+    assert len(logs) == 6
+    for entry in logs:
+        assert entry["budget/rollouts_mean"] == 4  # the budget is that of GRPO: 8 rollouts per step, 2 prompts
+        assert 2 <= entry["budget/rollouts_min"] <= entry["budget/rollouts_max"] <= 8
+        assert 0 <= entry["budget/effective_ratio"] <= 1
+    assert len(trainer.tracker) > 0
+    if name == "uniform":
+        assert all(entry["budget/rollouts_std"] == 0 for entry in logs)
+    else:
+        assert any(entry["budget/rollouts_std"] > 0 for entry in logs)
+    if name == "coba":
+        assert any("budget/alpha" in entry for entry in logs)
+
+
+def test_uniform_reproduces_grpo_trainer(tmp_path, tokenizer):
+    common = config_kwargs(tmp_path / "grpo", max_steps=5)
+    for key in ("min_generations", "max_generations"):
+        common.pop(key)
+    runs = []
+    for trainer_class, config_class, extra in (
+        (GRPOTrainer, GRPOConfig, {}),
+        (BudgetGRPOTrainer, BudgetGRPOConfig, {"budget_allocator": "uniform"}),
+    ):
+        trainer = trainer_class(
+            model=build_tiny_model(tokenizer),
+            reward_funcs=parity_reward,
+            args=config_class(**common, **extra),
+            train_dataset=make_dataset(),
+            processing_class=tokenizer,
+        )
+        trainer.train()
+        runs.append(trainer)
+    grpo, budget = runs
+    assert list(budget._logs["completion"]) == list(grpo._logs["completion"])
+    assert list(budget._logs["advantages"]) == list(grpo._logs["advantages"])
+    for ours, theirs in zip(budget.state.log_history, grpo.state.log_history):
+        for key in ("loss", "reward", "frac_reward_zero_std", "grad_norm"):
+            if key in theirs:
+                assert ours[key] == theirs[key], key
+    for ours, theirs in zip(budget.model.parameters(), grpo.model.parameters()):
+        assert torch.equal(ours, theirs)
+
+
+def test_plain_grpo_config_is_accepted(tmp_path, tokenizer):
+    kwargs = config_kwargs(tmp_path / "plain", max_steps=2)
+    for key in ("min_generations", "max_generations"):
+        kwargs.pop(key)
+    trainer = BudgetGRPOTrainer(
+        model=build_tiny_model(tokenizer), reward_funcs=parity_reward, args=GRPOConfig(**kwargs),
+        train_dataset=make_dataset(), processing_class=tokenizer,
+    )
+    assert isinstance(trainer.args, BudgetGRPOConfig) and trainer.args.budget_allocator == "knapsack"
+    trainer.train()
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"num_iterations": 2},
+        {"steps_per_generation": 2},
+        {"gradient_accumulation_steps": 2},
+        {"loss_type": "grpo", "beta": 0.04},
+        {"loss_type": "dr_grpo", "scale_rewards": "none"},
+        {"loss_type": "bnpo", "scale_rewards": "batch"},
+        {"multi_objective_aggregation": "normalize_then_sum"},
+    ],
+    ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()),
+)
+def test_training_options_keep_working(tmp_path, tokenizer, overrides):
+    # Saved to disk so that a KL reference model (beta > 0) can be loaded from the same path.
+    build_tiny_model(tokenizer).save_pretrained(tmp_path / "model")
+    trainer = train(tmp_path, tokenizer, model=str(tmp_path / "model"), max_steps=4, **overrides)
+    losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+    assert len(losses) == 4 and all(np.isfinite(losses))
+
+
+def test_peft_lora(tmp_path, tokenizer):
+    from peft import LoraConfig
+
+    args = BudgetGRPOConfig(**config_kwargs(tmp_path / "lora", max_steps=6, learning_rate=1e-2))
+    trainer = BudgetGRPOTrainer(
+        model=build_tiny_model(tokenizer), reward_funcs=parity_reward, args=args, train_dataset=make_dataset(),
+        processing_class=tokenizer,
+        peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"),
+    )
+    trainer.train()
+    assert any("lora" in name for name, _ in trainer.model.named_parameters())
+    assert any(entry.get("budget/rollouts_std", 0) > 0 for entry in trainer.state.log_history)
+
+
+def test_evaluation_keeps_uniform_groups(tmp_path, tokenizer):
+    args = BudgetGRPOConfig(**config_kwargs(tmp_path / "eval", max_steps=2, per_device_eval_batch_size=8,
+                                            num_generations_eval=4))
+    trainer = BudgetGRPOTrainer(
+        model=build_tiny_model(tokenizer), reward_funcs=parity_reward, args=args, train_dataset=make_dataset(),
+        eval_dataset=make_dataset(8, seed=1), processing_class=tokenizer,
+    )
+    trainer.train()
+    metrics = trainer.evaluate()
+    assert "eval_reward" in metrics and not any(key.startswith("eval_budget") for key in metrics)
+
+
+def test_resumed_run_makes_the_same_allocations(tmp_path, tokenizer):
+    # Three prompts, each four times in one epoch: prompts come back within the epoch, whose order a resume keeps.
+    data = concatenate_datasets([make_dataset(3)] * 4)
+    steps = dict(max_steps=6, save_strategy="steps", save_steps=3)
+    full = RecordingAllocator(KnapsackAllocator(2, 8, default_generations=4))
+    train(tmp_path / "full", tokenizer, allocator=full, dataset=data, **steps)
+
+    train(tmp_path / "resumed", tokenizer, dataset=data, **steps)
+    checkpoint = tmp_path / "resumed" / "run" / "checkpoint-3"
+    state = json.loads((checkpoint / TRACKER_STATE_NAME).read_text())
+    assert state["visits"] and state["batch_failure_rates"]
+
+    resumed = RecordingAllocator(KnapsackAllocator(2, 8, default_generations=4))
+    args = BudgetGRPOConfig(**config_kwargs(tmp_path / "resumed" / "run", **steps))
+    trainer = BudgetGRPOTrainer(
+        model=build_tiny_model(tokenizer), reward_funcs=parity_reward, args=args, train_dataset=data,
+        processing_class=tokenizer, allocator=resumed,
+    )
+    trainer.train(resume_from_checkpoint=str(checkpoint))
+    assert len(resumed.decisions) == 3
+    assert resumed.decisions == full.decisions[-3:]
+
+
+def test_failing_reward_function_leaves_the_tracker_untouched(tmp_path, tokenizer):
+    calls = {"n": 0}
+
+    def flaky_reward(completions, answer, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise RuntimeError("reward service down")
+        return parity_reward(completions, answer)
+
+    args = BudgetGRPOConfig(**config_kwargs(tmp_path / "flaky", max_steps=5))
+    trainer = BudgetGRPOTrainer(
+        model=build_tiny_model(tokenizer), reward_funcs=flaky_reward, args=args, train_dataset=make_dataset(),
+        processing_class=tokenizer,
+    )
+    with pytest.raises(RuntimeError, match="reward service down"):
+        trainer.train()
+    assert len(trainer.tracker.state_dict()["batch_failure_rates"]) == 2
+
+
+def test_shared_tracker_is_used(tmp_path, tokenizer):
+    tracker = CapabilityTracker(window=2)
+    args = BudgetGRPOConfig(**config_kwargs(tmp_path / "tracker", max_steps=2))
+    trainer = BudgetGRPOTrainer(
+        model=build_tiny_model(tokenizer), reward_funcs=parity_reward, args=args, train_dataset=make_dataset(),
+        processing_class=tokenizer, tracker=tracker,
+    )
+    trainer.train()
+    assert trainer.tracker is tracker and len(tracker) > 0
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"budget_allocator": "greedy"}, "budget_allocator='greedy' is unknown"),
+        ({"min_generations": 5}, "must lie between min_generations"),
+        ({"max_generations": 3}, "must lie between min_generations"),
+        ({"min_generations": 0}, "at least 1"),
+        ({"pass_rate_window": 0}, "pass_rate_window"),
+    ],
+)
+def test_bad_config(tmp_path, overrides, message):
+    with pytest.raises(ValueError, match=message):
+        BudgetGRPOConfig(**config_kwargs(tmp_path, **overrides))
+
+
+@pytest.mark.parametrize(
+    "allocator, message",
+    [
+        (lambda p, b, f=None: np.full(p.size, b // p.size + 1), "summing to"),
+        (lambda p, b, f=None: np.full(p.size + 1, 1), "counts for 2 prompts"),
+        (lambda p, b, f=None: np.array([1, b - 1]), r"outside \[2, 8\]"),
+    ],
+    ids=["sum", "length", "bounds"],
+)
+def test_broken_allocator_fails_before_any_model_work(tmp_path, tokenizer, allocator, message):
+    args = BudgetGRPOConfig(**config_kwargs(tmp_path))
+    with pytest.raises(RuntimeError, match=f"Allocator .* returned .*{message}"):
+        BudgetGRPOTrainer(model=build_tiny_model(tokenizer), reward_funcs=parity_reward, args=args,
+                          train_dataset=make_dataset(), processing_class=tokenizer, allocator=allocator)
+
+
+def test_allocator_that_breaks_later_is_caught(tmp_path, tokenizer):
+    def allocator(pass_rates, budget, failure_rate=None):
+        counts = np.full(pass_rates.size, budget // pass_rates.size)
+        if not np.isnan(pass_rates).all():
+            counts[0] += 1
+        return counts
+
+    with pytest.raises(RuntimeError, match="summing to 9 instead of the budget 8"):
+        train(tmp_path, tokenizer, allocator=allocator)
+
+
+def test_tools_are_refused(tmp_path, tokenizer):
+    def add(a: int, b: int) -> int:
+        """Add two numbers.
+
+        Args:
+            a: first
+            b: second
+        """
+        return a + b
+
+    args = BudgetGRPOConfig(**config_kwargs(tmp_path))
+    with pytest.raises(ValueError, match="does not support `tools`"):
+        BudgetGRPOTrainer(model=build_tiny_model(tokenizer), reward_funcs=parity_reward, args=args,
+                          train_dataset=make_dataset(), processing_class=tokenizer, tools=[add])
+
+
+def test_prompt_id_column(tmp_path, tokenizer):
+    data = make_dataset().map(lambda row, index: {"prompt_id": f"q{index}"}, with_indices=True)
+    trainer = train(tmp_path, tokenizer, dataset=data, prompt_id_column="prompt_id", max_steps=2)
+    assert all(key.startswith("q") for key in trainer.tracker.state_dict()["visits"])
+    with pytest.raises(KeyError, match="prompt_id_column='missing'"):
+        train(tmp_path / "missing", tokenizer, prompt_id_column="missing", max_steps=1)
