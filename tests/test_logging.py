@@ -1,0 +1,100 @@
+"""Budget histograms read back from a real offline W&B run and a real TensorBoard event file."""
+
+import json
+import struct
+
+import pytest
+from conftest import config_kwargs, make_dataset, parity_reward
+
+from trl_budget import BudgetGRPOConfig, BudgetGRPOTrainer
+from trl_budget.tiny import build_tiny_model
+
+STEPS = 6
+
+
+def wandb_records(path):
+    """Records of a .wandb file (a LevelDB-style log of protobuf records, 32 KiB blocks)."""
+    from wandb.proto import wandb_internal_pb2
+
+    data = path.read_bytes()
+    assert data[:4] == b":W&B"
+    position, block, pending = 7, 32768, b""
+    while position + 7 <= len(data):
+        left = block - position % block
+        if left < 7:
+            position += left
+            continue
+        _, length, kind = struct.unpack("<IHB", data[position : position + 7])
+        if kind == 0 and length == 0:
+            break
+        pending += data[position + 7 : position + 7 + length]
+        position += 7 + length
+        if kind in (1, 4):  # a full record, or the last chunk of one
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(pending)
+            pending = b""
+            yield record
+
+
+def wandb_histograms(run_file, name):
+    """Per logged step, the histogram dict of `name`."""
+    histograms = []
+    for record in wandb_records(run_file):
+        if record.WhichOneof("record_type") != "history":
+            continue
+        parts = {}
+        for item in record.history.item:
+            key = item.key or "/".join(item.nested_key)
+            if key.startswith(name + "/"):
+                parts[key[len(name) + 1 :]] = json.loads(item.value_json)
+        if parts:
+            histograms.append(parts)
+    return histograms
+
+
+@pytest.fixture
+def logged_run(tmp_path, tokenizer, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("TENSORBOARD_LOGGING_DIR", str(tmp_path / "tb"))
+    import wandb
+
+    args = BudgetGRPOConfig(**config_kwargs(tmp_path / "out", max_steps=STEPS, report_to=["wandb", "tensorboard"]))
+    trainer = BudgetGRPOTrainer(
+        model=build_tiny_model(tokenizer), reward_funcs=parity_reward, args=args, train_dataset=make_dataset(),
+        processing_class=tokenizer,
+    )
+    trainer.train()
+    wandb.finish()
+    return tmp_path, trainer
+
+
+def test_histograms_in_wandb_and_tensorboard(logged_run):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    tmp_path, trainer = logged_run
+    logs = [entry for entry in trainer.state.log_history if "budget/rollouts_std" in entry]
+    prompts_per_step = 2
+
+    (run_file,) = tmp_path.glob("wandb/offline-run-*/run-*.wandb")
+    rollouts = wandb_histograms(run_file, "train/budget/rollouts_per_prompt")
+    assert len(rollouts) == STEPS
+    for histogram in rollouts:
+        assert histogram["_type"] == "histogram"
+        assert sum(histogram["values"]) == prompts_per_step
+        assert histogram["bins"][0] >= 2 - 1e-9 and histogram["bins"][-1] <= 8 + 1e-9
+    pass_rates = wandb_histograms(run_file, "train/budget/pass_rates")
+    assert pass_rates and all(0 <= h["bins"][0] and h["bins"][-1] <= 1 for h in pass_rates)
+    assert any(entry["budget/rollouts_std"] > 0 for entry in logs)
+
+    events = EventAccumulator(str(tmp_path / "tb"), size_guidance={"histograms": 0})
+    events.Reload()
+    assert {"train/budget/rollouts_per_prompt", "train/budget/pass_rates"} <= set(events.Tags()["histograms"])
+    steps = events.Histograms("train/budget/rollouts_per_prompt")
+    assert [event.step for event in steps] == list(range(1, STEPS + 1))
+    for event, entry in zip(steps, logs):
+        histogram = event.histogram_value
+        assert histogram.num == prompts_per_step
+        assert histogram.sum == pytest.approx(entry["budget/rollouts_mean"] * prompts_per_step)
+        assert histogram.min == entry["budget/rollouts_min"] and histogram.max == entry["budget/rollouts_max"]
