@@ -203,28 +203,33 @@ class BudgetGRPOTrainer(GRPOTrainer):
 
     # ----------------------------------------------------------------------------------------------- allocation
 
-    def _prompt_key(self, row: dict[str, Any]) -> str:
+    def _prompt_identity(self, row: dict[str, Any]) -> Any:
         column = self.args.prompt_id_column
         if column is None:
-            return prompt_key(row["prompt"])
+            return row["prompt"]
         if column not in row:
             raise KeyError(
                 f"prompt_id_column={column!r} is not a column of the training dataset (columns: {sorted(row)}). "
                 "Keep the column (set remove_unused_columns=False) or set prompt_id_column=None to hash prompts."
             )
-        return str(row[column])
+        return row[column]
+
+    def _prompt_key(self, row: dict[str, Any]) -> str:
+        identity = self._prompt_identity(row)
+        return prompt_key(identity) if self.args.prompt_id_column is None else str(identity)
 
     def _plan_rollouts(self, inputs: list[dict[str, Any]]) -> RolloutPlan:
         all_rows = gather_object(inputs)
         group = self.num_generations
         prompts = all_rows[::group]
-        keys = [self._prompt_key(row) for row in prompts]
-        for index, key in enumerate(keys):
-            if any(self._prompt_key(row) != key for row in all_rows[index * group : (index + 1) * group]):
+        for index, first in enumerate(prompts):
+            identity = self._prompt_identity(first)
+            if any(self._prompt_identity(row) != identity for row in all_rows[index * group : (index + 1) * group]):
                 raise RuntimeError(
                     "BudgetGRPOTrainer expects each prompt to arrive num_generations times in a row, as TRL's "
                     "RepeatSampler lays them out; a custom sampler or data collator broke that layout."
                 )
+        keys = [self._prompt_key(row) for row in prompts]
         pass_rates = self.tracker.pass_rates(keys)
         failure_rate = self.tracker.failure_rate
         counts = None

@@ -1,0 +1,117 @@
+"""vLLM generation paths.
+
+vLLM needs a GPU, so on CPU the server path is exercised at TRL's client boundary: `VLLMClient` (the HTTP client that
+talks to `trl vllm-serve`) is replaced by a stand-in that records each request and returns completions in the client's
+format; everything above it — TRL's `VLLMGeneration.generate`, the trainer, weight syncs — is the real code. The
+GPU-only tests run where CUDA and vLLM exist.
+"""
+
+import importlib.util
+
+import numpy as np
+import pytest
+import torch
+from conftest import config_kwargs, make_dataset, parity_reward
+
+from trl_budget import BudgetGRPOConfig, BudgetGRPOTrainer
+from trl_budget.tiny import build_tiny_model
+
+
+class RecordingVLLMClient:
+    """Stands in for trl.generation.vllm_client.VLLMClient; keeps the requests, answers like the real server."""
+
+    requests = []
+    weight_syncs = 0
+
+    def __init__(self, base_url=None, group_port=None, connection_timeout=None, **kwargs):
+        self.rng = np.random.default_rng(0)
+
+    def init_communicator(self, device=None):
+        pass
+
+    def update_named_params(self, metadata, params):
+        RecordingVLLMClient.weight_syncs += 1
+        for _ in params:
+            pass
+
+    def reset_prefix_cache(self):
+        pass
+
+    def get_server_info(self):
+        return {"model_config": {"logprobs_mode": "processed_logprobs"}}
+
+    def close_communicator(self):
+        pass
+
+    def generate(self, prompts, features=None, n=1, max_tokens=16, **sampling):
+        RecordingVLLMClient.requests.append({"prompts": [tuple(p) for p in prompts], "n": n, "max_tokens": max_tokens})
+        # Half the prompts always get 2-token answers (pass rate 0 or 1 under the parity reward), half random lengths.
+        lengths = [2 if sum(ids) % 2 else int(self.rng.integers(1, max_tokens + 1)) for ids in prompts for _ in range(n)]
+        completions = [self.rng.integers(3, 10, length).tolist() for length in lengths]
+        return {
+            "prompt_ids": prompts,
+            "completion_ids": completions,
+            "logprobs": [[[-1.0] for _ in ids] for ids in completions],
+            "logprob_token_ids": [[[t] for t in ids] for ids in completions],
+        }
+
+
+class PlanRecordingTrainer(BudgetGRPOTrainer):
+    plans = []
+
+    def _plan_rollouts(self, inputs):
+        plan = super()._plan_rollouts(inputs)
+        self.plans.append(plan)
+        return plan
+
+
+def test_server_mode_asks_for_each_prompts_own_count(tmp_path, tokenizer, monkeypatch):
+    import trl.generation.vllm_generation as vllm_generation
+
+    monkeypatch.setattr(vllm_generation, "is_vllm_available", lambda: True)
+    monkeypatch.setattr(vllm_generation, "VLLMClient", RecordingVLLMClient)
+    RecordingVLLMClient.requests.clear()
+    PlanRecordingTrainer.plans.clear()
+
+    args = BudgetGRPOConfig(**config_kwargs(tmp_path, max_steps=6, use_vllm=True, vllm_mode="server",
+                                            knapsack_fallback=False))
+    trainer = PlanRecordingTrainer(
+        model=build_tiny_model(tokenizer), reward_funcs=parity_reward, args=args, train_dataset=make_dataset(),
+        processing_class=tokenizer,
+    )
+    trainer.train()
+
+    requests, plans = RecordingVLLMClient.requests, PlanRecordingTrainer.plans
+    assert len(requests) == len(plans) == 6  # one server request per generation batch
+    for request, plan in zip(requests, plans):
+        assert request["n"] == 1 and request["max_tokens"] == 4
+        prompt_ids = [tuple(tokenizer(row["prompt"])["input_ids"]) for row in plan.prompts]
+        expected = [ids for ids, count in zip(prompt_ids, plan.counts) for _ in range(count)]
+        assert request["prompts"] == expected  # each prompt exactly its allocated number of times
+    assert any(len(set(plan.counts.tolist())) > 1 for plan in plans)
+    assert RecordingVLLMClient.weight_syncs >= 1
+    assert all(np.isfinite(entry["loss"]) for entry in trainer.state.log_history if "loss" in entry)
+
+
+gpu_and_vllm = pytest.mark.skipif(
+    not (torch.cuda.is_available() and importlib.util.find_spec("vllm")), reason="needs a CUDA GPU and vLLM"
+)
+
+
+@pytest.mark.gpu
+@pytest.mark.vllm
+@gpu_and_vllm
+def test_colocate_mode_on_gpu(tmp_path, tokenizer):
+    build_tiny_model(tokenizer).save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    args = BudgetGRPOConfig(
+        **config_kwargs(tmp_path / "out", max_steps=4, use_cpu=False, bf16=True, use_vllm=True,
+                        vllm_mode="colocate", vllm_gpu_memory_utilization=0.2)
+    )
+    trainer = BudgetGRPOTrainer(
+        model=str(tmp_path / "model"), reward_funcs=parity_reward, args=args, train_dataset=make_dataset(),
+        processing_class=tokenizer,
+    )
+    trainer.train()
+    logs = [entry for entry in trainer.state.log_history if "budget/rollouts_mean" in entry]
+    assert len(logs) == 4 and any(entry["budget/rollouts_std"] > 0 for entry in logs)
