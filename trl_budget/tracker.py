@@ -66,18 +66,17 @@ class CapabilityTracker:
             raise ValueError(
                 f"update needs one reward per key: got {len(keys)} keys and rewards of shape {rewards.shape}."
             )
-        unique_keys, key_of_rollout = np.unique(np.asarray([str(k) for k in keys]), return_inverse=True)
-        scored = ~np.isnan(rewards)
-        trials = np.bincount(key_of_rollout[scored], minlength=unique_keys.size)
-        successes = np.bincount(
-            key_of_rollout[scored], weights=rewards[scored] >= self.success_threshold, minlength=unique_keys.size
-        ).astype(np.int64)
-        visited = trials > 0
-        if not visited.any():
+        tallies: dict[str, list[int]] = {}
+        for key, reward in zip(keys, rewards.tolist()):
+            if reward == reward:  # NaN (unscorable) rewards are skipped
+                tally = tallies.setdefault(str(key), [0, 0])
+                tally[0] += reward >= self.success_threshold
+                tally[1] += 1
+        if not tallies:
             return
-        for key, wins, total in zip(unique_keys[visited], successes[visited], trials[visited]):
-            self._visits.setdefault(str(key), deque(maxlen=self.window)).append((int(wins), int(total)))
-        batch_pass_rate = float(np.mean(successes[visited] / trials[visited]))
+        for key, (wins, total) in tallies.items():
+            self._visits.setdefault(key, deque(maxlen=self.window)).append((wins, total))
+        batch_pass_rate = sum(wins / total for wins, total in tallies.values()) / len(tallies)
         self._batch_failure_rates.append(1.0 - batch_pass_rate)
 
     def pass_rates(self, keys: Sequence[Hashable]) -> np.ndarray:

@@ -199,6 +199,7 @@ class BudgetGRPOTrainer(GRPOTrainer):
             (args.min_generations, args.max_generations),
         )
         self._budget_history = {"rollouts_per_prompt": [], "pass_rates": []}
+        self.last_rollout_plan: RolloutPlan | None = None  # the latest training batch's allocation, for inspection
         super().__init__(model, reward_funcs, args, *positional, **kwargs)
 
     # ----------------------------------------------------------------------------------------------- allocation
@@ -255,7 +256,7 @@ class BudgetGRPOTrainer(GRPOTrainer):
     def _generate_and_score_completions(self, inputs):
         if not self.model.training:  # evaluation keeps TRL's uniform num_generations_eval
             return super()._generate_and_score_completions(inputs)
-        plan = self._plan_rollouts(inputs)
+        plan = self.last_rollout_plan = self._plan_rollouts(inputs)
         rank, local = self.accelerator.process_index, len(inputs)
         output = super()._generate_and_score_completions(plan.rows()[rank * local : (rank + 1) * local])
 

@@ -1,0 +1,224 @@
+"""The built-in demo: a tiny model warm-started on arithmetic, then RL with each allocator at equal rollout budget.
+
+Everything is built locally (tokenizer, model, data), so it runs on a laptop CPU without downloading anything.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from datasets import Dataset
+from tqdm.auto import tqdm
+from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast, TrainerCallback
+from transformers.utils import logging as hf_logging
+
+from .config import BudgetGRPOConfig
+from .task import ALPHABET, LEVELS, exact_match_reward, make_problems, split_problems
+from .tiny import build_char_tokenizer, build_tiny_model
+from .trainer import BudgetGRPOTrainer
+
+MAX_ANSWER_TOKENS = 5  # the longest answer (3 + 3 digits: 4 digits) and the end-of-sequence token
+
+
+def default_cache_dir() -> Path:
+    """`$TRL_BUDGET_CACHE`, else `$XDG_CACHE_HOME/trl_budget`, else `~/.cache/trl_budget`."""
+    if "TRL_BUDGET_CACHE" in os.environ:
+        return Path(os.environ["TRL_BUDGET_CACHE"]).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")).expanduser() / "trl_budget"
+
+
+@dataclass(frozen=True)
+class WarmStartSettings:
+    """Supervised warm start of the tiny model: enough to solve easy problems, not hard ones."""
+
+    hidden_size: int = 64
+    num_layers: int = 2
+    steps: int = 600
+    batch_size: int = 64
+    learning_rate: float = 3e-3
+    seed: int = 0
+
+    def fingerprint(self) -> str:
+        return hashlib.sha1(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:12]
+
+
+def warm_start(settings: WarmStartSettings = WarmStartSettings(), cache_dir: Path | None = None,
+               rebuild: bool = False) -> Path:
+    """Path of the warm-started model, trained once and cached under `cache_dir`."""
+    path = Path(cache_dir or default_cache_dir()) / f"warm-start-{settings.fingerprint()}"
+    if (path / "config.json").exists() and not rebuild:
+        return path
+    tokenizer = build_char_tokenizer(ALPHABET)
+    model = build_tiny_model(tokenizer, settings.hidden_size, settings.num_layers, seed=settings.seed)
+    torch.manual_seed(settings.seed)
+    problems = make_problems(20_000, seed=settings.seed + 1_000)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=settings.learning_rate, weight_decay=0.0)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1 - step / settings.steps)
+    rng = np.random.default_rng(settings.seed)
+    model.train()
+    for _ in tqdm(range(settings.steps), desc="warm start (supervised)", unit="step"):
+        batch = [problems[i] for i in rng.integers(0, len(problems), settings.batch_size)]
+        input_ids, labels = _supervised_batch(tokenizer, batch)
+        loss = model(input_ids=input_ids, attention_mask=(input_ids != tokenizer.pad_token_id).long(),
+                     labels=labels).loss
+        loss.backward()
+        optimizer.step()
+        schedule.step()
+        optimizer.zero_grad()
+    staging = path.with_name(path.name + ".tmp")
+    model.save_pretrained(staging)
+    tokenizer.save_pretrained(staging)
+    staging.replace(path) if not path.exists() else _replace_dir(staging, path)
+    return path
+
+
+def _replace_dir(source: Path, target: Path) -> None:
+    import shutil
+
+    shutil.rmtree(target)
+    source.replace(target)
+
+
+def _supervised_batch(tokenizer, problems: list[dict]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-padded prompt + answer + eos, with the loss on the answer and eos only."""
+    rows, targets = [], []
+    for problem in problems:
+        prompt = tokenizer(problem["prompt"])["input_ids"]
+        answer = tokenizer(problem["answer"])["input_ids"] + [tokenizer.eos_token_id]
+        rows.append(prompt + answer)
+        targets.append([-100] * len(prompt) + answer)
+    width = max(map(len, rows))
+    input_ids = torch.tensor([row + [tokenizer.pad_token_id] * (width - len(row)) for row in rows])
+    labels = torch.tensor([target + [-100] * (width - len(target)) for target in targets])
+    return input_ids, labels
+
+
+@torch.no_grad()
+def held_out_accuracy(model, tokenizer, problems: list[dict], samples: int = 0, temperature: float = 1.0,
+                      batch_size: int = 256, seed: int = 0) -> dict[str, float]:
+    """Exact-match accuracy, overall and per difficulty level: greedy, or mean over `samples` sampled answers."""
+    was_training = model.training
+    model.eval()
+    sampling = {"do_sample": True, "temperature": temperature, "num_return_sequences": samples} if samples else {
+        "do_sample": False}
+    repeats = max(samples, 1)
+    correct = []
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        for start in range(0, len(problems), batch_size):
+            batch = problems[start : start + batch_size]
+            encoded = tokenizer([p["prompt"] for p in batch], return_tensors="pt", padding=True)
+            output = model.generate(**encoded, max_new_tokens=MAX_ANSWER_TOKENS, pad_token_id=tokenizer.pad_token_id,
+                                    eos_token_id=tokenizer.eos_token_id, **sampling)
+            texts = tokenizer.batch_decode(output[:, encoded["input_ids"].shape[1] :], skip_special_tokens=True)
+            answers = [p["answer"] for p in batch for _ in range(repeats)]
+            correct += np.reshape(exact_match_reward(texts, answers), (len(batch), repeats)).mean(1).tolist()
+    model.train(was_training)
+    levels = np.array([p["level"] for p in problems])
+    correct = np.array(correct)
+    result = {"accuracy": float(correct.mean())}
+    for level in sorted(set(levels.tolist())):
+        result[f"level_{level}"] = float(correct[levels == level].mean())
+    return result
+
+
+@dataclass
+class RLSettings:
+    """The RL run of the demo and of the allocator benchmark."""
+
+    steps: int = 120
+    prompts_per_step: int = 8
+    num_generations: int = 8
+    min_generations: int = 2
+    max_generations: int = 32
+    train_prompts: int = 96
+    eval_prompts: int = 300
+    eval_every: int = 20
+    eval_samples: int = 4
+    histogram_steps: tuple[int, ...] = field(default=(1, 40, 80, 120))
+    learning_rate: float = 1e-3
+    temperature: float = 1.0
+    data_seed: int = 0
+
+
+class _Recorder(TrainerCallback):
+    """Held-out accuracy every few steps and the allocation at a few steps."""
+
+    def __init__(self, settings: RLSettings, tokenizer, held_out: list[dict]):
+        self.settings, self.tokenizer, self.held_out = settings, tokenizer, held_out
+        self.trainer = None
+        self.curve = []
+        self.histograms = {}
+
+    def _evaluate(self, state, model):
+        rollouts = state.global_step * self.settings.prompts_per_step * self.settings.num_generations
+        self.curve.append({"step": state.global_step, "rollouts": rollouts,
+                           **held_out_accuracy(model, self.tokenizer, self.held_out, self.settings.eval_samples,
+                                               self.settings.temperature)})
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        self._evaluate(state, model)
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        if state.global_step % self.settings.eval_every == 0 or state.global_step == state.max_steps:
+            self._evaluate(state, model)
+        plan = self.trainer.last_rollout_plan
+        if state.global_step in self.settings.histogram_steps and plan is not None:
+            self.histograms[state.global_step] = plan.counts.tolist()
+
+
+def run_rl(model_path: Path, allocator: str, seed: int, settings: RLSettings, output_dir: Path,
+           show_progress: bool = True) -> dict:
+    """Train the warm-started model with `allocator` and return its curves."""
+    hf_logging.set_verbosity_error()
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(model_path)
+    train, held_out = split_problems(settings.train_prompts, settings.eval_prompts, settings.data_seed)
+    args = BudgetGRPOConfig(
+        output_dir=str(output_dir),
+        per_device_train_batch_size=settings.prompts_per_step * settings.num_generations,
+        num_generations=settings.num_generations,
+        min_generations=settings.min_generations,
+        max_generations=settings.max_generations,
+        budget_allocator=allocator,
+        max_completion_length=MAX_ANSWER_TOKENS,
+        temperature=settings.temperature,
+        learning_rate=settings.learning_rate,
+        max_steps=settings.steps,
+        logging_steps=1,
+        save_strategy="no",
+        report_to=[],
+        use_cpu=True,
+        seed=seed,
+        disable_tqdm=not show_progress,
+    )
+    model = AutoModelForCausalLM.from_pretrained(model_path)
+    recorder = _Recorder(settings, tokenizer, held_out)
+    trainer = BudgetGRPOTrainer(
+        model=model, reward_funcs=exact_match_reward, args=args,
+        train_dataset=Dataset.from_list([{"prompt": p["prompt"], "answer": p["answer"]} for p in train]),
+        processing_class=tokenizer, callbacks=[recorder],
+    )
+    from transformers import PrinterCallback
+
+    trainer.remove_callback(PrinterCallback)
+    recorder.trainer = trainer
+    start = time.perf_counter()
+    trainer.train()
+    logs = [entry for entry in trainer.state.log_history if "budget/effective_ratio" in entry]
+    return {
+        "allocator": allocator,
+        "seed": seed,
+        "seconds": time.perf_counter() - start,
+        "rollouts_per_step": settings.prompts_per_step * settings.num_generations,
+        "effective_ratio": [entry["budget/effective_ratio"] for entry in logs],
+        "reward": [entry["reward"] for entry in logs],
+        "curve": recorder.curve,
+        "histograms": {str(step): counts for step, counts in recorder.histograms.items()},
+    }
