@@ -40,7 +40,7 @@ class WarmStartSettings:
 
     hidden_size: int = 64
     num_layers: int = 2
-    steps: int = 600
+    steps: int = 1500
     batch_size: int = 64
     learning_rate: float = 3e-3
     seed: int = 0
@@ -101,7 +101,7 @@ def _supervised_batch(tokenizer, problems: list[dict]) -> tuple[torch.Tensor, to
 
 
 @torch.no_grad()
-def held_out_accuracy(model, tokenizer, problems: list[dict], samples: int = 0, temperature: float = 1.0,
+def exact_match_accuracy(model, tokenizer, problems: list[dict], samples: int = 0, temperature: float = 1.0,
                       batch_size: int = 256, seed: int = 0) -> dict[str, float]:
     """Exact-match accuracy, overall and per difficulty level: greedy, or mean over `samples` sampled answers."""
     was_training = model.training
@@ -133,17 +133,17 @@ def held_out_accuracy(model, tokenizer, problems: list[dict], samples: int = 0, 
 class RLSettings:
     """The RL run of the demo and of the allocator benchmark."""
 
-    steps: int = 120
+    steps: int = 480
     prompts_per_step: int = 8
     num_generations: int = 8
     min_generations: int = 2
     max_generations: int = 32
-    train_prompts: int = 96
-    eval_prompts: int = 300
-    eval_every: int = 20
+    train_prompts: int = 240
+    eval_prompts: int = 240
+    eval_every: int = 60
     eval_samples: int = 4
-    histogram_steps: tuple[int, ...] = field(default=(1, 40, 80, 120))
-    learning_rate: float = 1e-3
+    histogram_steps: tuple[int, ...] = field(default=(1, 160, 320, 480))
+    learning_rate: float = 2e-4
     temperature: float = 1.0
     data_seed: int = 0
 
@@ -151,17 +151,18 @@ class RLSettings:
 class _Recorder(TrainerCallback):
     """Held-out accuracy every few steps and the allocation at a few steps."""
 
-    def __init__(self, settings: RLSettings, tokenizer, held_out: list[dict]):
-        self.settings, self.tokenizer, self.held_out = settings, tokenizer, held_out
+    def __init__(self, settings: RLSettings, tokenizer, train: list[dict], held_out: list[dict]):
+        self.settings, self.tokenizer, self.train, self.held_out = settings, tokenizer, train, held_out
         self.trainer = None
         self.curve = []
         self.histograms = {}
 
     def _evaluate(self, state, model):
         rollouts = state.global_step * self.settings.prompts_per_step * self.settings.num_generations
-        self.curve.append({"step": state.global_step, "rollouts": rollouts,
-                           **held_out_accuracy(model, self.tokenizer, self.held_out, self.settings.eval_samples,
-                                               self.settings.temperature)})
+        samples, temperature = self.settings.eval_samples, self.settings.temperature
+        train = exact_match_accuracy(model, self.tokenizer, self.train, samples, temperature)
+        self.curve.append({"step": state.global_step, "rollouts": rollouts, "train_accuracy": train["accuracy"],
+                           **exact_match_accuracy(model, self.tokenizer, self.held_out, samples, temperature)})
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         self._evaluate(state, model)
@@ -178,6 +179,7 @@ def run_rl(model_path: Path, allocator: str, seed: int, settings: RLSettings, ou
            show_progress: bool = True) -> dict:
     """Train the warm-started model with `allocator` and return its curves."""
     hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
     tokenizer = PreTrainedTokenizerFast.from_pretrained(model_path)
     train, held_out = split_problems(settings.train_prompts, settings.eval_prompts, settings.data_seed)
     args = BudgetGRPOConfig(
@@ -199,7 +201,7 @@ def run_rl(model_path: Path, allocator: str, seed: int, settings: RLSettings, ou
         disable_tqdm=not show_progress,
     )
     model = AutoModelForCausalLM.from_pretrained(model_path)
-    recorder = _Recorder(settings, tokenizer, held_out)
+    recorder = _Recorder(settings, tokenizer, train, held_out)
     trainer = BudgetGRPOTrainer(
         model=model, reward_funcs=exact_match_reward, args=args,
         train_dataset=Dataset.from_list([{"prompt": p["prompt"], "answer": p["answer"]} for p in train]),
@@ -222,3 +224,96 @@ def run_rl(model_path: Path, allocator: str, seed: int, settings: RLSettings, ou
         "curve": recorder.curve,
         "histograms": {str(step): counts for step, counts in recorder.histograms.items()},
     }
+
+
+def summarize(runs: list[dict]) -> dict[str, dict]:
+    """Per allocator, mean and std over seeds of the figures the demo and the benchmark report."""
+    by_allocator: dict[str, list[dict]] = {}
+    for run in runs:
+        by_allocator.setdefault(run["allocator"], []).append(run)
+    uniform_final = {}
+    if "uniform" in by_allocator:
+        for metric in ("accuracy", "train_accuracy"):
+            uniform_final[metric] = float(np.mean([run["curve"][-1][metric] for run in by_allocator["uniform"]]))
+    summary = {}
+    for allocator, group in by_allocator.items():
+        final = [run["curve"][-1]["accuracy"] for run in group]
+        final_train = [run["curve"][-1]["train_accuracy"] for run in group]
+        effective = [float(np.mean(run["effective_ratio"])) for run in group]
+        row = {
+            "seeds": len(group),
+            "start_accuracy": float(np.mean([run["curve"][0]["accuracy"] for run in group])),
+            "final_accuracy_mean": float(np.mean(final)),
+            "final_accuracy_std": float(np.std(final)),
+            "start_train_accuracy": float(np.mean([run["curve"][0]["train_accuracy"] for run in group])),
+            "final_train_accuracy_mean": float(np.mean(final_train)),
+            "final_train_accuracy_std": float(np.std(final_train)),
+            "effective_ratio_mean": float(np.mean(effective)),
+            "effective_ratio_std": float(np.std(effective)),
+            "rollouts_spent": group[0]["curve"][-1]["rollouts"],
+        }
+        for metric, target in uniform_final.items():
+            mean_curve = np.mean([[point[metric] for point in run["curve"]] for run in group], axis=0)
+            reached = np.flatnonzero(mean_curve >= target)
+            rollouts = int(group[0]["curve"][reached[0]]["rollouts"]) if reached.size else None
+            row[f"rollouts_to_uniform_final_{metric}"] = rollouts
+        summary[allocator] = row
+    return summary
+
+
+def format_table(summary: dict[str, dict]) -> str:
+    """A plain-text table of `summarize`'s figures."""
+    header = ("allocator", "held-out accuracy", "training-set accuracy", "effective ratio", "rollouts")
+    lines = ["{:<10} {:>26} {:>26} {:>16} {:>9}".format(*header)]
+    for allocator, row in summary.items():
+        held_out = f"{row['start_accuracy']:.3f} -> {row['final_accuracy_mean']:.3f}±{row['final_accuracy_std']:.3f}"
+        train = (f"{row['start_train_accuracy']:.3f} -> "
+                 f"{row['final_train_accuracy_mean']:.3f}±{row['final_train_accuracy_std']:.3f}")
+        effective = f"{row['effective_ratio_mean']:.3f}±{row['effective_ratio_std']:.3f}"
+        lines.append(f"{allocator:<10} {held_out:>26} {train:>26} {effective:>16} {row['rollouts_spent']:>9}")
+    return "\n".join(lines)
+
+
+def plot_report(runs: list[dict], path: Path, title: str = "trl_budget") -> Path:
+    """PNG: held-out accuracy against rollouts, effective ratio over training, rollouts-per-prompt histograms."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    allocators = list(dict.fromkeys(run["allocator"] for run in runs))
+    colours = dict(zip(allocators, plt.rcParams["axes.prop_cycle"].by_key()["color"]))
+    figure, (accuracy_axis, ratio_axis, histogram_axis) = plt.subplots(1, 3, figsize=(16, 4.5))
+    for allocator in allocators:
+        group = [run for run in runs if run["allocator"] == allocator]
+        rollouts = [point["rollouts"] for point in group[0]["curve"]]
+        accuracy = np.array([[point["accuracy"] for point in run["curve"]] for run in group])
+        accuracy_axis.plot(rollouts, accuracy.mean(0), marker="o", color=colours[allocator],
+                           label=f"{allocator} (held-out)")
+        if len(group) > 1:
+            accuracy_axis.fill_between(rollouts, accuracy.mean(0) - accuracy.std(0),
+                                       accuracy.mean(0) + accuracy.std(0), color=colours[allocator], alpha=0.2)
+        train = np.array([[point["train_accuracy"] for point in run["curve"]] for run in group])
+        accuracy_axis.plot(rollouts, train.mean(0), linestyle="--", color=colours[allocator],
+                           label=f"{allocator} (training set)")
+        ratio = np.array([run["effective_ratio"] for run in group]).mean(0)
+        window = max(1, len(ratio) // 20)
+        smooth = np.convolve(ratio, np.ones(window) / window, mode="valid")
+        ratio_axis.plot(np.arange(smooth.size) + window, smooth, color=colours[allocator], label=allocator)
+    accuracy_axis.set(xlabel="rollouts spent", ylabel="sampled exact-match accuracy", title="Accuracy")
+    ratio_axis.set(xlabel="step", ylabel="share of rollouts with non-zero advantage", title="Effective gradient ratio")
+    budgeted = next((run for run in runs if run["allocator"] != "uniform" and run["histograms"]), runs[0])
+    for step, counts in budgeted["histograms"].items():
+        histogram_axis.hist(counts, bins=np.arange(0.5, max(counts) + 1.5), alpha=0.5, label=f"step {step}")
+    histogram_axis.set(xlabel="rollouts per prompt", ylabel="prompts",
+                       title=f"Rollouts per prompt ({budgeted['allocator']})")
+    for axis in (accuracy_axis, ratio_axis, histogram_axis):
+        axis.legend()
+        axis.grid(alpha=0.3)
+    figure.suptitle(title)
+    figure.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path

@@ -38,13 +38,24 @@ def make_problems(count: int, seed: int, levels: tuple[int, ...] | None = None) 
 
 
 def split_problems(train_size: int, eval_size: int, seed: int) -> tuple[list[dict], list[dict]]:
-    """Disjoint training and held-out problem sets (no prompt in both)."""
-    pool = make_problems(4 * (train_size + eval_size), seed)
-    unique = list({problem["prompt"]: problem for problem in pool}.values())
-    held_out = unique[:eval_size]
-    train = unique[eval_size : eval_size + train_size]
-    if len(train) < train_size:
-        raise ValueError(f"could not draw {train_size} distinct training problems; ask for fewer.")
+    """Disjoint training and held-out sets with the same share of every level (no prompt in both)."""
+    pool = make_problems(8 * (train_size + eval_size), seed)
+    by_level: dict[int, list[dict]] = {}
+    for problem in {problem["prompt"]: problem for problem in pool}.values():
+        by_level.setdefault(problem["level"], []).append(problem)
+    train, held_out = [], []
+    levels = sorted(by_level)
+    for index, level in enumerate(levels):
+        want_eval = eval_size // len(levels) + (index < eval_size % len(levels))
+        want_train = train_size // len(levels) + (index < train_size % len(levels))
+        problems = by_level[level]
+        if len(problems) < want_eval + want_train:
+            raise ValueError(
+                f"level {level} has only {len(problems)} distinct problems, fewer than the {want_eval + want_train} "
+                "asked for; ask for fewer training or held-out problems."
+            )
+        held_out += problems[:want_eval]
+        train += problems[want_eval : want_eval + want_train]
     return train, held_out
 
 

@@ -1,0 +1,80 @@
+"""`trl-budget` command line: `trl-budget demo` runs the built-in demo."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .config import ALLOCATOR_NAMES
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="trl-budget", description="Rollout-budget allocation for GRPO in TRL.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    demo = commands.add_parser(
+        "demo",
+        help="train a tiny model on built-in arithmetic with an allocator and with uniform GRPO, and compare",
+        description="Warm-start a tiny model on built-in arithmetic (cached), then train it with BudgetGRPOTrainer "
+        "and with the uniform GRPO baseline at the same rollout budget; print a table and write a PNG report.",
+    )
+    demo.add_argument("--allocator", choices=[name for name in ALLOCATOR_NAMES if name != "uniform"],
+                      default="knapsack", help="allocator to compare with uniform GRPO (default: knapsack)")
+    demo.add_argument("--steps", type=_positive, default=240, help="RL steps per run (default: 240)")
+    demo.add_argument("--seed", type=int, default=0, help="training seed (default: 0)")
+    demo.add_argument("--output-dir", type=Path, default=Path("trl_budget_demo"),
+                      help="where the report, figures and run files go (default: ./trl_budget_demo)")
+    demo.add_argument("--cache-dir", type=Path, default=None,
+                      help="where the warm-started model is cached (default: $TRL_BUDGET_CACHE or ~/.cache/trl_budget)")
+    demo.add_argument("--warm-start-steps", type=_positive, default=600,
+                      help="supervised steps of the warm start (default: 600)")
+    demo.add_argument("--rebuild-cache", action="store_true", help="redo the warm start even if it is cached")
+    demo.add_argument("--no-baseline", action="store_true", help="skip the uniform GRPO baseline run")
+    return parser
+
+
+def run_demo(options: argparse.Namespace) -> dict:
+    from .demo import RLSettings, WarmStartSettings, format_table, plot_report, run_rl, summarize, warm_start
+
+    output_dir = options.output_dir
+    output_dir.mkdir(parents=True, exist_ok=True)
+    model_path = warm_start(WarmStartSettings(steps=options.warm_start_steps), options.cache_dir,
+                            rebuild=options.rebuild_cache)
+    print(f"warm-started model: {model_path}")
+    step_marks = tuple(sorted({1, options.steps // 3 or 1, 2 * options.steps // 3 or 1, options.steps}))
+    settings = RLSettings(steps=options.steps, eval_every=max(1, options.steps // 6), histogram_steps=step_marks)
+    allocators = [options.allocator] + ([] if options.no_baseline else ["uniform"])
+    runs = []
+    for allocator in allocators:
+        print(f"RL with the {allocator} allocator ({options.steps} steps)")
+        runs.append(run_rl(model_path, allocator, options.seed, settings, output_dir / f"run-{allocator}"))
+    summary = summarize(runs)
+    results_path = output_dir / "demo_results.json"
+    results_path.write_text(json.dumps({"summary": summary, "runs": runs}, indent=2))
+    report_path = plot_report(runs, output_dir / "demo_report.png", title="trl-budget demo: built-in arithmetic")
+    print()
+    print(format_table(summary))
+    print()
+    print(f"report:  {report_path}")
+    print(f"results: {results_path}")
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    options = build_parser().parse_args(argv)
+    if options.command == "demo":
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            print("trl-budget demo draws its report with matplotlib: pip install 'trl_budget[demo]'", file=sys.stderr)
+            return 2
+        run_demo(options)
+    return 0
