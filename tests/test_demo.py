@@ -1,0 +1,104 @@
+"""The demo and the allocator benchmark, end to end at a reduced size (real warm start, real RL)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from trl_budget.cli import main
+from trl_budget.task import LEVELS, exact_match_reward, make_problems, split_problems
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow
+
+
+def check_png(path: Path, min_width: int = 800):
+    import matplotlib.image
+
+    image = matplotlib.image.imread(path)
+    assert image.ndim == 3 and image.shape[1] >= min_width
+    assert image[..., :3].std() > 0.05  # not a blank canvas
+
+
+def test_task_has_a_spread_of_levels_and_disjoint_splits():
+    problems = make_problems(60, seed=0)
+    assert {p["level"] for p in problems} == set(range(len(LEVELS)))
+    for problem in problems:
+        left, right = problem["prompt"][:-1].replace("*", "+").split("+")
+        expected = int(left) * int(right) if "*" in problem["prompt"] else int(left) + int(right)
+        assert problem["answer"] == str(expected)
+    train, held_out = split_problems(60, 30, seed=0)
+    assert len(train) == 60 and len(held_out) == 30
+    assert not {p["prompt"] for p in train} & {p["prompt"] for p in held_out}
+    assert exact_match_reward([" 12", "13"], ["12", "12"]) == [1.0, 0.0]
+
+
+def test_demo_end_to_end(tmp_path, capsys):
+    output = tmp_path / "demo"
+    arguments = ["demo", "--steps", "6", "--warm-start-steps", "40", "--output-dir", str(output),
+                 "--cache-dir", str(tmp_path / "cache")]
+    assert main(arguments) == 0
+    printed = capsys.readouterr().out
+    assert "held-out accuracy" in printed and str(output / "demo_report.png") in printed
+
+    results = json.loads((output / "demo_results.json").read_text())
+    assert set(results["summary"]) == {"knapsack", "uniform"}
+    for row in results["summary"].values():
+        assert row["rollouts_spent"] == 6 * 64
+        assert 0 <= row["final_accuracy_mean"] <= 1 and 0 <= row["effective_ratio_mean"] <= 1
+    for run in results["runs"]:
+        assert len(run["effective_ratio"]) == 6
+        assert [point["step"] for point in run["curve"]] == [0, 1, 2, 3, 4, 5, 6]
+        for counts in run["histograms"].values():
+            assert sum(counts) == 64 and min(counts) >= 2 and max(counts) <= 32
+    check_png(output / "demo_report.png")
+
+    cached = list((tmp_path / "cache").glob("warm-start-*/model.safetensors"))
+    assert len(cached) == 1
+    stamp = cached[0].stat().st_mtime_ns
+    assert main(arguments + ["--no-baseline", "--allocator", "coba"]) == 0  # reuses the cached warm start
+    assert cached[0].stat().st_mtime_ns == stamp
+    assert set(json.loads((output / "demo_results.json").read_text())["summary"]) == {"coba"}
+
+
+@pytest.mark.parametrize("bad", [["--allocator", "greedy"], ["--steps", "0"], ["--steps", "many"]])
+def test_demo_rejects_bad_options(bad, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["demo", *bad])
+    assert exit_info.value.code == 2
+    assert "error" in capsys.readouterr().err
+
+
+def test_module_entry_point_help():
+    result = subprocess.run([sys.executable, "-m", "trl_budget", "demo", "--help"], capture_output=True, text=True)
+    assert result.returncode == 0 and "--allocator" in result.stdout and "--cache-dir" in result.stdout
+
+
+def test_allocator_benchmark_quick(tmp_path):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import compare_allocators
+
+    result = compare_allocators.main(["--quick", "--steps", "4", "--output-dir", str(tmp_path),
+                                      "--cache-dir", str(tmp_path / "cache")])
+    saved = json.loads((tmp_path / "compare_allocators.json").read_text())
+    assert set(saved["summary"]) == {"uniform", "knapsack", "coba"}
+    assert saved["summary"]["uniform"]["effective_ratio_vs_uniform"] == pytest.approx(1.0)
+    for row in saved["summary"].values():
+        assert row["rollouts_spent"] == 4 * 64 and "rollouts_to_uniform_final_accuracy" in row
+    assert len(saved["runs"]) == 3 and saved["summary"] == result["summary"]
+    check_png(tmp_path / "compare_allocators.png")
+
+
+def test_allocator_speed_benchmark_quick(tmp_path):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import allocator_speed
+
+    rows = allocator_speed.main(["--quick", "--output", str(tmp_path / "speed.json")])
+    assert len(rows) == 8
+    assert all(row["same_value_as_heap"] for row in rows)
+    assert all(row["same_value_as_dp"] for row in rows if "same_value_as_dp" in row)
+    assert json.loads((tmp_path / "speed.json").read_text()) == rows
+    assert np.all([row["trl_budget_ms"] > 0 for row in rows])
