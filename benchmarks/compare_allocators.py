@@ -1,9 +1,11 @@
 """Uniform GRPO, Knapsack RL and CoBA-RL at equal rollout budgets on the built-in arithmetic task.
 
+Also runs Knapsack RL without its fallback, as an ablation.
+
 Every allocator starts from the same warm-started model and trains with the same seeds; the runs are side by side in
 one invocation. Writes a JSON of the figures and a PNG report.
 
-    python benchmarks/compare_allocators.py                 # 3 seeds x 3 allocators x 480 steps
+    python benchmarks/compare_allocators.py                 # 3 seeds x 4 variants x 480 steps
     python benchmarks/compare_allocators.py --quick         # a smoke run of a few minutes or less
 """
 
@@ -25,7 +27,14 @@ from trl_budget.demo import (
     warm_start,
 )
 
-ALLOCATORS = ("uniform", "knapsack", "coba")
+# Label -> BudgetGRPOConfig settings. "knapsack-no-fallback" is an ablation: the published fallback sends the
+# budget that mixed prompts do not need to never-solved prompts; without it, the optimisation spends it all.
+VARIANTS = {
+    "uniform": {"budget_allocator": "uniform"},
+    "knapsack": {"budget_allocator": "knapsack"},
+    "coba": {"budget_allocator": "coba"},
+    "knapsack-no-fallback": {"budget_allocator": "knapsack", "knapsack_fallback": False},
+}
 
 
 def main(argv=None) -> dict:
@@ -50,11 +59,13 @@ def main(argv=None) -> dict:
     model_path = warm_start(warm, args.cache_dir)
     runs = []
     for seed in range(seeds):
-        for allocator in ALLOCATORS:
-            run = run_rl(model_path, allocator, seed, settings, args.output_dir / "runs" / f"{allocator}-{seed}",
-                         show_progress=False)
+        for label, config in VARIANTS.items():
+            overrides = dict(config)
+            allocator = overrides.pop("budget_allocator")
+            run = run_rl(model_path, allocator, seed, settings, args.output_dir / "runs" / f"{label}-{seed}",
+                         show_progress=False, label=label, **overrides)
             runs.append(run)
-            print(f"{allocator:<9} seed {seed}: final held-out accuracy {run['curve'][-1]['accuracy']:.3f}, "
+            print(f"{label:<20} seed {seed}: final held-out accuracy {run['curve'][-1]['accuracy']:.3f}, "
                   f"effective ratio {sum(run['effective_ratio']) / len(run['effective_ratio']):.3f}", flush=True)
     summary = summarize(runs)
     uniform = summary["uniform"]
@@ -73,7 +84,7 @@ def main(argv=None) -> dict:
                 title=f"Allocators at equal rollout budget, built-in arithmetic ({seeds} seeds)")
     print(format_table(summary))
     for allocator, row in summary.items():
-        print(f"{allocator:<9} effective ratio vs uniform: {row['effective_ratio_vs_uniform']:.2f}x; rollouts to reach "
+        print(f"{allocator:<20} effective ratio vs uniform: {row['effective_ratio_vs_uniform']:.2f}x; rollouts to reach "
               f"uniform's final held-out accuracy: {row.get('rollouts_to_uniform_final_accuracy')}, training-set "
               f"accuracy: {row.get('rollouts_to_uniform_final_train_accuracy')}")
     print(f"wrote {args.output_dir / 'compare_allocators.json'} and {args.output_dir / 'compare_allocators.png'}")

@@ -84,11 +84,11 @@ def test_allocator_benchmark_quick(tmp_path):
     result = compare_allocators.main(["--quick", "--steps", "4", "--output-dir", str(tmp_path),
                                       "--cache-dir", str(tmp_path / "cache")])
     saved = json.loads((tmp_path / "compare_allocators.json").read_text())
-    assert set(saved["summary"]) == {"uniform", "knapsack", "coba"}
+    assert set(saved["summary"]) == {"uniform", "knapsack", "coba", "knapsack-no-fallback"}
     assert saved["summary"]["uniform"]["effective_ratio_vs_uniform"] == pytest.approx(1.0)
     for row in saved["summary"].values():
         assert row["rollouts_spent"] == 4 * 64 and "rollouts_to_uniform_final_accuracy" in row
-    assert len(saved["runs"]) == 3 and saved["summary"] == result["summary"]
+    assert len(saved["runs"]) == 4 and saved["summary"] == result["summary"]
     check_png(tmp_path / "compare_allocators.png")
 
 

@@ -176,8 +176,11 @@ class _Recorder(TrainerCallback):
 
 
 def run_rl(model_path: Path, allocator: str, seed: int, settings: RLSettings, output_dir: Path,
-           show_progress: bool = True) -> dict:
-    """Train the warm-started model with `allocator` and return its curves."""
+           show_progress: bool = True, label: str | None = None, **config_overrides) -> dict:
+    """Train the warm-started model with `allocator` and return its curves, under `label` (default: the allocator).
+
+    `config_overrides` are further `BudgetGRPOConfig` settings (e.g. `knapsack_fallback=False`).
+    """
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
     tokenizer = PreTrainedTokenizerFast.from_pretrained(model_path)
@@ -199,6 +202,7 @@ def run_rl(model_path: Path, allocator: str, seed: int, settings: RLSettings, ou
         use_cpu=True,
         seed=seed,
         disable_tqdm=not show_progress,
+        **config_overrides,
     )
     model = AutoModelForCausalLM.from_pretrained(model_path)
     recorder = _Recorder(settings, tokenizer, train, held_out)
@@ -215,7 +219,7 @@ def run_rl(model_path: Path, allocator: str, seed: int, settings: RLSettings, ou
     trainer.train()
     logs = [entry for entry in trainer.state.log_history if "budget/effective_ratio" in entry]
     return {
-        "allocator": allocator,
+        "allocator": label or allocator,
         "seed": seed,
         "seconds": time.perf_counter() - start,
         "rollouts_per_step": settings.prompts_per_step * settings.num_generations,
@@ -254,7 +258,8 @@ def summarize(runs: list[dict]) -> dict[str, dict]:
         }
         for metric, target in uniform_final.items():
             mean_curve = np.mean([[point[metric] for point in run["curve"]] for run in group], axis=0)
-            reached = np.flatnonzero(mean_curve >= target)
+            # Only after training has started: a start above the target would say nothing about the allocator.
+            reached = np.flatnonzero(mean_curve[1:] >= target) + 1
             rollouts = int(group[0]["curve"][reached[0]]["rollouts"]) if reached.size else None
             row[f"rollouts_to_uniform_final_{metric}"] = rollouts
         summary[allocator] = row
@@ -264,13 +269,13 @@ def summarize(runs: list[dict]) -> dict[str, dict]:
 def format_table(summary: dict[str, dict]) -> str:
     """A plain-text table of `summarize`'s figures."""
     header = ("allocator", "held-out accuracy", "training-set accuracy", "effective ratio", "rollouts")
-    lines = ["{:<10} {:>26} {:>26} {:>16} {:>9}".format(*header)]
+    lines = ["{:<20} {:>26} {:>26} {:>16} {:>9}".format(*header)]
     for allocator, row in summary.items():
         held_out = f"{row['start_accuracy']:.3f} -> {row['final_accuracy_mean']:.3f}±{row['final_accuracy_std']:.3f}"
         train = (f"{row['start_train_accuracy']:.3f} -> "
                  f"{row['final_train_accuracy_mean']:.3f}±{row['final_train_accuracy_std']:.3f}")
         effective = f"{row['effective_ratio_mean']:.3f}±{row['effective_ratio_std']:.3f}"
-        lines.append(f"{allocator:<10} {held_out:>26} {train:>26} {effective:>16} {row['rollouts_spent']:>9}")
+        lines.append(f"{allocator:<20} {held_out:>26} {train:>26} {effective:>16} {row['rollouts_spent']:>9}")
     return "\n".join(lines)
 
 

@@ -302,9 +302,10 @@ class BudgetGRPOTrainer(GRPOTrainer):
         self._budget_history["pass_rates"].extend(plan.pass_rates[~np.isnan(plan.pass_rates)].tolist())
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        if self.model.training and self.accelerator.is_main_process:
-            self._log_budget_histograms()
-        self._budget_history = {"rollouts_per_prompt": [], "pass_rates": []}
+        if self.model.training:  # an evaluation log in mid-training keeps the training history for the next one
+            if self.accelerator.is_main_process:
+                self._log_budget_histograms()
+            self._budget_history = {"rollouts_per_prompt": [], "pass_rates": []}
         super().log(logs, start_time)
 
     def _log_budget_histograms(self) -> None:
