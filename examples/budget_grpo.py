@@ -1,10 +1,10 @@
 """Math RLVR with per-prompt rollout budgets: TRL's `grpo.py`, with BudgetGRPOTrainer.
 
-One GPU node, vLLM server on GPU 0 and training on the other 7:
+One node of 8 GPUs, vLLM server on 4 of them and training on the other 4:
 
-    CUDA_VISIBLE_DEVICES=0 trl vllm-serve --model Qwen/Qwen2.5-7B-Instruct
-    CUDA_VISIBLE_DEVICES=1,2,3,4,5,6,7 accelerate launch --config_file accelerate_configs/zero3.yaml \\
-        --num_processes 7 examples/budget_grpo.py --config examples/knapsack_rl.yaml \\
+    CUDA_VISIBLE_DEVICES=0,1,2,3 trl vllm-serve --model Qwen/Qwen2.5-7B-Instruct --data_parallel_size 4
+    CUDA_VISIBLE_DEVICES=4,5,6,7 accelerate launch --config_file accelerate_configs/zero3.yaml \\
+        --num_processes 4 examples/budget_grpo.py --config examples/knapsack_rl.yaml \\
         --model_name_or_path Qwen/Qwen2.5-7B-Instruct --use_vllm --vllm_mode server
 
 Every `BudgetGRPOConfig` / `GRPOConfig` / `ModelConfig` flag works as in TRL; `--config FILE.yaml` reads them from a file.
