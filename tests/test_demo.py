@@ -52,8 +52,11 @@ def test_demo_end_to_end(tmp_path, capsys):
     for run in results["runs"]:
         assert len(run["effective_ratio"]) == 6
         assert [point["step"] for point in run["curve"]] == [0, 1, 2, 3, 4, 5, 6]
-        for counts in run["histograms"].values():
-            assert sum(counts) == 64 and min(counts) >= 2 and max(counts) <= 32
+        assert sorted(map(int, run["histograms"])) == [1, 2, 4, 6]  # steps 1, 6 // 3, 2 * 6 // 3 and 6
+        batches = {"1": 1, "2": 1, "4": 2, "6": 2}  # generation batches since the previous mark
+        for step, counts in run["histograms"].items():
+            assert len(counts) == 8 * batches[step] and sum(counts) == 64 * batches[step]
+            assert min(counts) >= 2 and max(counts) <= 32
     check_png(output / "demo_report.png")
 
     cached = list((tmp_path / "cache").glob("warm-start-*/model.safetensors"))

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from .config import ALLOCATOR_NAMES
+from .demo import RLSettings, WarmStartSettings
 
 
 def _positive(text: str) -> int:
@@ -28,21 +29,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("--allocator", choices=[name for name in ALLOCATOR_NAMES if name != "uniform"],
                       default="knapsack", help="allocator to compare with uniform GRPO (default: knapsack)")
-    demo.add_argument("--steps", type=_positive, default=240, help="RL steps per run (default: 240)")
+    demo.add_argument("--steps", type=_positive, default=RLSettings.steps,
+                      help=f"RL steps per run (default: {RLSettings.steps})")
     demo.add_argument("--seed", type=int, default=0, help="training seed (default: 0)")
     demo.add_argument("--output-dir", type=Path, default=Path("trl_budget_demo"),
                       help="where the report, figures and run files go (default: ./trl_budget_demo)")
     demo.add_argument("--cache-dir", type=Path, default=None,
                       help="where the warm-started model is cached (default: $TRL_BUDGET_CACHE or ~/.cache/trl_budget)")
-    demo.add_argument("--warm-start-steps", type=_positive, default=600,
-                      help="supervised steps of the warm start (default: 600)")
+    demo.add_argument("--warm-start-steps", type=_positive, default=WarmStartSettings.steps,
+                      help=f"supervised steps of the warm start (default: {WarmStartSettings.steps})")
     demo.add_argument("--rebuild-cache", action="store_true", help="redo the warm start even if it is cached")
     demo.add_argument("--no-baseline", action="store_true", help="skip the uniform GRPO baseline run")
     return parser
 
 
 def run_demo(options: argparse.Namespace) -> dict:
-    from .demo import RLSettings, WarmStartSettings, format_table, plot_report, run_rl, summarize, warm_start
+    from .demo import format_table, plot_report, run_rl, summarize, warm_start
 
     output_dir = options.output_dir
     output_dir.mkdir(parents=True, exist_ok=True)

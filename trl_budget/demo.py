@@ -16,7 +16,13 @@ import numpy as np
 import torch
 from datasets import Dataset
 from tqdm.auto import tqdm
-from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast, TrainerCallback
+from transformers import (
+    AutoModelForCausalLM,
+    PreTrainedTokenizerFast,
+    PrinterCallback,
+    ProgressCallback,
+    TrainerCallback,
+)
 from transformers.utils import logging as hf_logging
 
 from .config import BudgetGRPOConfig
@@ -148,6 +154,13 @@ class RLSettings:
     data_seed: int = 0
 
 
+class _ProgressBarOnly(ProgressCallback):
+    """TRL's progress bar without the metric dictionaries it prints at every logging step."""
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        pass
+
+
 class _Recorder(TrainerCallback):
     """Held-out accuracy every few steps and the allocation at a few steps."""
 
@@ -155,7 +168,8 @@ class _Recorder(TrainerCallback):
         self.settings, self.tokenizer, self.train, self.held_out = settings, tokenizer, train, held_out
         self.trainer = None
         self.curve = []
-        self.histograms = {}
+        self.histograms = {}  # at each histogram step, the rollouts per prompt of every batch since the previous one
+        self._since_last_mark, self._last_plan = [], None
 
     def _evaluate(self, state, model):
         rollouts = state.global_step * self.settings.prompts_per_step * self.settings.num_generations
@@ -171,8 +185,12 @@ class _Recorder(TrainerCallback):
         if state.global_step % self.settings.eval_every == 0 or state.global_step == state.max_steps:
             self._evaluate(state, model)
         plan = self.trainer.last_rollout_plan
-        if state.global_step in self.settings.histogram_steps and plan is not None:
-            self.histograms[state.global_step] = plan.counts.tolist()
+        if plan is not None and plan is not self._last_plan:  # a new generation batch
+            self._since_last_mark += plan.counts.tolist()
+            self._last_plan = plan
+        if state.global_step in self.settings.histogram_steps:
+            self.histograms[state.global_step] = self._since_last_mark
+            self._since_last_mark = []
 
 
 def run_rl(model_path: Path, allocator: str, seed: int, settings: RLSettings, output_dir: Path,
@@ -211,9 +229,10 @@ def run_rl(model_path: Path, allocator: str, seed: int, settings: RLSettings, ou
         train_dataset=Dataset.from_list([{"prompt": p["prompt"], "answer": p["answer"]} for p in train]),
         processing_class=tokenizer, callbacks=[recorder],
     )
-    from transformers import PrinterCallback
-
     trainer.remove_callback(PrinterCallback)
+    trainer.remove_callback(ProgressCallback)
+    if show_progress:
+        trainer.add_callback(_ProgressBarOnly())
     recorder.trainer = trainer
     start = time.perf_counter()
     trainer.train()
@@ -271,10 +290,13 @@ def format_table(summary: dict[str, dict]) -> str:
     header = ("allocator", "held-out accuracy", "training-set accuracy", "effective ratio", "rollouts")
     lines = ["{:<20} {:>26} {:>26} {:>16} {:>9}".format(*header)]
     for allocator, row in summary.items():
-        held_out = f"{row['start_accuracy']:.3f} -> {row['final_accuracy_mean']:.3f}±{row['final_accuracy_std']:.3f}"
-        train = (f"{row['start_train_accuracy']:.3f} -> "
-                 f"{row['final_train_accuracy_mean']:.3f}±{row['final_train_accuracy_std']:.3f}")
-        effective = f"{row['effective_ratio_mean']:.3f}±{row['effective_ratio_std']:.3f}"
+        def spread(name: str) -> str:  # mean ± std over seeds, or the single value
+            text = f"{row[name + '_mean']:.3f}"
+            return text + f"±{row[name + '_std']:.3f}" if row["seeds"] > 1 else text
+
+        held_out = f"{row['start_accuracy']:.3f} -> {spread('final_accuracy')}"
+        train = f"{row['start_train_accuracy']:.3f} -> {spread('final_train_accuracy')}"
+        effective = spread("effective_ratio")
         lines.append(f"{allocator:<20} {held_out:>26} {train:>26} {effective:>16} {row['rollouts_spent']:>9}")
     return "\n".join(lines)
 
@@ -309,8 +331,8 @@ def plot_report(runs: list[dict], path: Path, title: str = "trl_budget") -> Path
     ratio_axis.set(xlabel="step", ylabel="share of rollouts with non-zero advantage", title="Effective gradient ratio")
     budgeted = next((run for run in runs if run["allocator"] != "uniform" and run["histograms"]), runs[0])
     for step, counts in budgeted["histograms"].items():
-        histogram_axis.hist(counts, bins=np.arange(0.5, max(counts) + 1.5), alpha=0.5, label=f"step {step}")
-    histogram_axis.set(xlabel="rollouts per prompt", ylabel="prompts",
+        histogram_axis.hist(counts, bins=np.arange(0.5, max(counts) + 1.5), alpha=0.5, label=f"up to step {step}")
+    histogram_axis.set(xlabel="rollouts per prompt", ylabel="prompts (batches up to that step)",
                        title=f"Rollouts per prompt ({budgeted['allocator']})")
     for axis in (accuracy_axis, ratio_axis, histogram_axis):
         axis.legend()
