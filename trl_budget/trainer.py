@@ -254,6 +254,7 @@ class BudgetGRPOTrainer(GRPOTrainer):
         return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, has_tool_images)
 
     def _generate_and_score_completions(self, inputs):
+        # TRL groups rows by a fixed num_generations; this re-lays the rows by allocation, then redoes the grouping.
         if not self.model.training:  # evaluation keeps TRL's uniform num_generations_eval
             return super()._generate_and_score_completions(inputs)
         plan = self.last_rollout_plan = self._plan_rollouts(inputs)
@@ -290,8 +291,9 @@ class BudgetGRPOTrainer(GRPOTrainer):
         metrics["budget/rollouts_max"].append(float(counts.max()))
         metrics["budget/effective_ratio"].append((advantages != 0).float().mean().item())
         starts = np.cumsum(plan.counts) - plan.counts
-        group_max = np.fmax.reduceat(rewards.cpu().numpy(), starts)  # NaN rewards ignored
-        group_min = np.fmin.reduceat(rewards.cpu().numpy(), starts)
+        rewards = rewards.cpu().numpy()
+        group_max = np.fmax.reduceat(rewards, starts)  # NaN rewards ignored
+        group_min = np.fmin.reduceat(rewards, starts)
         metrics["budget/zero_std_groups"].append(float(np.mean(~(group_max > group_min))))
         metrics["budget/unseen_prompts"].append(float(np.isnan(plan.pass_rates).mean()))
         if plan.failure_rate is not None:
@@ -332,6 +334,7 @@ class BudgetGRPOTrainer(GRPOTrainer):
     # ---------------------------------------------------------------------------------------------- checkpoints
 
     def _save_checkpoint(self, model, trial):
+        # Adds the tracker's state to TRL's checkpoint, so that a resumed run allocates as an uninterrupted one.
         super()._save_checkpoint(model, trial)
         if self.args.should_save:
             folder = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
@@ -340,6 +343,7 @@ class BudgetGRPOTrainer(GRPOTrainer):
                 json.dump(self.tracker.state_dict(), f)
 
     def _load_optimizer_and_scheduler(self, checkpoint):
+        # Restores the tracker with the optimizer, the hook TRL itself uses for its own controller state on resume.
         super()._load_optimizer_and_scheduler(checkpoint)
         if checkpoint is None:
             return
