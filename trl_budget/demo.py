@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -57,12 +58,27 @@ class WarmStartSettings:
 
 def warm_start(settings: WarmStartSettings = WarmStartSettings(), cache_dir: Path | None = None,
                rebuild: bool = False) -> Path:
-    """Path of the warm-started model, trained once and cached under `cache_dir`."""
+    """Path of the warm-started model, trained once and cached under `cache_dir` (keyed by the settings).
+
+    The model is written to a staging folder and renamed into place when complete, so an interrupted run never leaves a
+    half-written cache behind.
+    """
     path = Path(cache_dir or default_cache_dir()) / f"warm-start-{settings.fingerprint()}"
     if (path / "config.json").exists() and not rebuild:
         return path
     tokenizer = build_char_tokenizer(ALPHABET)
     model = build_tiny_model(tokenizer, settings.hidden_size, settings.num_layers, seed=settings.seed)
+    _train_supervised(model, tokenizer, settings)
+    staging = path.with_name(path.name + ".tmp")
+    model.save_pretrained(staging)
+    tokenizer.save_pretrained(staging)
+    if path.exists():
+        shutil.rmtree(path)
+    staging.replace(path)
+    return path
+
+
+def _train_supervised(model, tokenizer, settings: WarmStartSettings) -> None:
     torch.manual_seed(settings.seed)
     problems = make_problems(20_000, seed=settings.seed + 1_000)
     optimizer = torch.optim.AdamW(model.parameters(), lr=settings.learning_rate, weight_decay=0.0)
@@ -72,24 +88,11 @@ def warm_start(settings: WarmStartSettings = WarmStartSettings(), cache_dir: Pat
     for _ in tqdm(range(settings.steps), desc="warm start (supervised)", unit="step"):
         batch = [problems[i] for i in rng.integers(0, len(problems), settings.batch_size)]
         input_ids, labels = _supervised_batch(tokenizer, batch)
-        loss = model(input_ids=input_ids, attention_mask=(input_ids != tokenizer.pad_token_id).long(),
-                     labels=labels).loss
-        loss.backward()
+        attention_mask = (input_ids != tokenizer.pad_token_id).long()
+        model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss.backward()
         optimizer.step()
         schedule.step()
         optimizer.zero_grad()
-    staging = path.with_name(path.name + ".tmp")
-    model.save_pretrained(staging)
-    tokenizer.save_pretrained(staging)
-    staging.replace(path) if not path.exists() else _replace_dir(staging, path)
-    return path
-
-
-def _replace_dir(source: Path, target: Path) -> None:
-    import shutil
-
-    shutil.rmtree(target)
-    source.replace(target)
 
 
 def _supervised_batch(tokenizer, problems: list[dict]) -> tuple[torch.Tensor, torch.Tensor]:
