@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +25,7 @@ from transformers.utils import logging
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import nanstd
 
-from .allocators import CoBAAllocator, KnapsackAllocator, UniformAllocator
+from .allocators import Allocator, CoBAAllocator, KnapsackAllocator, UniformAllocator
 from .config import BudgetGRPOConfig
 from .tracker import CapabilityTracker, prompt_key
 
@@ -172,7 +171,7 @@ class BudgetGRPOTrainer(GRPOTrainer):
         reward_funcs=None,
         args: GRPOConfig | None = None,
         *positional,
-        allocator: Callable | None = None,
+        allocator: Allocator | None = None,
         tracker: CapabilityTracker | None = None,
         **kwargs,
     ):
