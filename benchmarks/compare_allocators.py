@@ -49,8 +49,7 @@ def main(argv=None) -> dict:
     seeds = args.seeds or (1 if args.quick else 3)
     steps = args.steps or (12 if args.quick else 480)
     warm = WarmStartSettings(steps=100) if args.quick else WarmStartSettings()
-    settings = RLSettings(steps=steps, eval_every=max(1, steps // 8),
-                          histogram_steps=tuple(sorted({1, steps // 3 or 1, 2 * steps // 3 or 1, steps})))
+    settings = RLSettings.for_steps(steps, evaluations=8)
     if args.quick:
         settings.train_prompts, settings.eval_prompts = 48, 48
 

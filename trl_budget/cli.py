@@ -51,8 +51,7 @@ def run_demo(options: argparse.Namespace) -> dict:
     model_path = warm_start(WarmStartSettings(steps=options.warm_start_steps), options.cache_dir,
                             rebuild=options.rebuild_cache)
     print(f"warm-started model: {model_path}")
-    step_marks = tuple(sorted({1, options.steps // 3 or 1, 2 * options.steps // 3 or 1, options.steps}))
-    settings = RLSettings(steps=options.steps, eval_every=max(1, options.steps // 6), histogram_steps=step_marks)
+    settings = RLSettings.for_steps(options.steps, evaluations=6)
     allocators = [options.allocator] + ([] if options.no_baseline else ["uniform"])
     runs = []
     for allocator in allocators:

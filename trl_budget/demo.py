@@ -111,7 +111,7 @@ def _supervised_batch(tokenizer, problems: list[dict]) -> tuple[torch.Tensor, to
 
 @torch.no_grad()
 def exact_match_accuracy(model, tokenizer, problems: list[dict], samples: int = 0, temperature: float = 1.0,
-                      batch_size: int = 256, seed: int = 0) -> dict[str, float]:
+                         batch_size: int = 256, seed: int = 0) -> dict[str, float]:
     """Exact-match accuracy, overall and per difficulty level: greedy, or mean over `samples` sampled answers."""
     was_training = model.training
     model.eval()
@@ -156,6 +156,16 @@ class RLSettings:
     temperature: float = 1.0
     data_seed: int = 0
 
+    @classmethod
+    def for_steps(cls, steps: int, evaluations: int) -> "RLSettings":
+        """Settings for a run of `steps`, evaluated `evaluations` times, histograms at its start, thirds and end."""
+        marks = tuple(sorted({1, steps // 3 or 1, 2 * steps // 3 or 1, steps}))
+        return cls(steps=steps, eval_every=max(1, steps // evaluations), histogram_steps=marks)
+
+    @property
+    def rollouts_per_step(self) -> int:
+        return self.prompts_per_step * self.num_generations
+
 
 class _ProgressBarOnly(ProgressCallback):
     """TRL's progress bar without the metric dictionaries it prints at every logging step."""
@@ -175,7 +185,7 @@ class _Recorder(TrainerCallback):
         self._since_last_mark, self._last_plan = [], None
 
     def _evaluate(self, state, model):
-        rollouts = state.global_step * self.settings.prompts_per_step * self.settings.num_generations
+        rollouts = state.global_step * self.settings.rollouts_per_step
         samples, temperature = self.settings.eval_samples, self.settings.temperature
         train = exact_match_accuracy(model, self.tokenizer, self.train, samples, temperature)
         self.curve.append({"step": state.global_step, "rollouts": rollouts, "train_accuracy": train["accuracy"],
@@ -208,7 +218,7 @@ def run_rl(model_path: Path, allocator: str, seed: int, settings: RLSettings, ou
     train, held_out = split_problems(settings.train_prompts, settings.eval_prompts, settings.data_seed)
     args = BudgetGRPOConfig(
         output_dir=str(output_dir),
-        per_device_train_batch_size=settings.prompts_per_step * settings.num_generations,
+        per_device_train_batch_size=settings.rollouts_per_step,
         num_generations=settings.num_generations,
         min_generations=settings.min_generations,
         max_generations=settings.max_generations,
@@ -244,7 +254,7 @@ def run_rl(model_path: Path, allocator: str, seed: int, settings: RLSettings, ou
         "allocator": label or allocator,
         "seed": seed,
         "seconds": time.perf_counter() - start,
-        "rollouts_per_step": settings.prompts_per_step * settings.num_generations,
+        "rollouts_per_step": settings.rollouts_per_step,
         "effective_ratio": [entry["budget/effective_ratio"] for entry in logs],
         "reward": [entry["reward"] for entry in logs],
         "curve": recorder.curve,
