@@ -4,7 +4,7 @@ One node of 8 GPUs, vLLM server on 4 of them and training on the other 4:
 
     CUDA_VISIBLE_DEVICES=0,1,2,3 trl vllm-serve --model Qwen/Qwen2.5-7B-Instruct --data_parallel_size 4
     CUDA_VISIBLE_DEVICES=4,5,6,7 accelerate launch --config_file accelerate_configs/zero3.yaml \\
-        --num_processes 4 examples/budget_grpo.py --config examples/knapsack_rl.yaml \\
+        --num_processes 4 examples/budget_grpo.py --config examples/knapsack_rl.yaml --gradient_accumulation_steps 4 \\
         --model_name_or_path Qwen/Qwen2.5-7B-Instruct --use_vllm --vllm_mode server
 
 Every `BudgetGRPOConfig` / `GRPOConfig` / `ModelConfig` flag works as in TRL; `--config FILE.yaml` reads them from a file.
@@ -114,6 +114,17 @@ def reward_functions(names: list[str]):
     return functions
 
 
+# Rewards that say whether the answer is right: when one is used, it alone decides a rollout's success for pass rates.
+CORRECTNESS_REWARDS = ("accuracy_reward", "reasoning_accuracy_reward")
+
+
+def success_reward_choice(reward_names: list[str], chosen: int | str | None) -> int | str | None:
+    """`--success_reward_func` if given, else the correctness reward among `reward_names` (None: the weighted sum)."""
+    if chosen is not None:
+        return chosen
+    return next((name for name in reward_names if name in CORRECTNESS_REWARDS), None)
+
+
 def load_math_dataset(script_args: BudgetGRPOScriptArguments):
     """The dataset as conversational `prompt` plus `solution` columns, as TRL's math rewards expect."""
     from datasets import load_dataset
@@ -169,6 +180,9 @@ def main(script_args, training_args, model_args):
     training_args.model_init_kwargs = model_init_kwargs
 
     rewards = reward_functions(script_args.reward_funcs)
+    # A format reward added to the accuracy reward must not make well-formatted wrong answers count as solved.
+    training_args.success_reward_func = success_reward_choice(script_args.reward_funcs,
+                                                              training_args.success_reward_func)
     dataset = load_math_dataset(script_args)
     trainer = BudgetGRPOTrainer(
         model=model_args.model_name_or_path,
@@ -179,6 +193,10 @@ def main(script_args, training_args, model_args):
         quantization_config=get_quantization_config(model_args),
         peft_config=get_peft_config(model_args),
     )
+    judge = training_args.success_reward_func
+    judge = "the weighted sum of the rewards" if judge is None else f"the reward {judge!r}"
+    trainer.accelerator.print(f"Pass rates: a rollout counts as solved when {judge} reaches "
+                              f"{training_args.success_threshold}.")
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.save_model(training_args.output_dir)
     trainer.accelerator.print(f"Model saved to {training_args.output_dir}.")

@@ -25,8 +25,8 @@ class RecordingTrainer(BudgetGRPOTrainer):
 def main(output_dir: str, allocator: str):
     tokenizer = build_char_tokenizer(ALPHABET)
     args = BudgetGRPOConfig(
-        **config_kwargs(output_dir, per_device_train_batch_size=4, max_steps=6, budget_allocator=allocator,
-                        save_strategy="steps", save_steps=6)
+        **config_kwargs(output_dir, per_device_train_batch_size=4, max_steps=9, budget_allocator=allocator,
+                        save_strategy="steps", save_steps=9)
     )
     trainer = RecordingTrainer(
         model=build_tiny_model(tokenizer), reward_funcs=parity_reward, args=args, train_dataset=make_dataset(),

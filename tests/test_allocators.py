@@ -6,6 +6,8 @@ import pytest
 from trl_budget import CoBAAllocator, KnapsackAllocator, UniformAllocator
 from trl_budget.allocators import spread_evenly
 
+from benchmarks.reference_allocators import release_knapsack_counts
+
 ALLOCATORS = [
     UniformAllocator(2, 16),
     KnapsackAllocator(2, 16),
@@ -68,16 +70,41 @@ def test_coba_is_optimal(seed):
     assert allocator.value(counts, rates, failure_rate) == pytest.approx(best, rel=1e-12)
 
 
-def test_knapsack_fallback_sends_the_excess_to_unsolved_prompts():
+def test_knapsack_fallback_follows_the_release():
     rates = np.array([0.0, 0.0, 0.5, 0.25, 1.0, np.nan])
     allocator = KnapsackAllocator(2, 128)
     counts = allocator.allocate(rates, 6 * 32)
-    mixed_costs = allocator.fallback_cost(rates[2:4])
-    np.testing.assert_array_equal(counts[2:4], mixed_costs)  # log(0.1)/log(0.5) -> 4, log(0.1)/log(0.75) -> 9
-    np.testing.assert_array_equal(mixed_costs, [4, 9])
-    assert counts[4] == 2 and counts[5] == 32  # solved prompt: fixed 2; unseen: the even share
-    assert counts[0] + counts[1] == 6 * 32 - 4 - 9 - 2 - 32
-    assert abs(counts[0] - counts[1]) <= 1 and counts[0] > 60
+    # Base counts 2, 2, 2, 2, 2 and 32 (unseen: the even share) leave 150 spare. Release costs, truncated:
+    # int(log(0.1)/log(0.5)) = 3 and int(log(0.1)/log(0.75)) = 8, so S = 11 < 150 and the fallback fires.
+    np.testing.assert_array_equal(allocator.fallback_cost(rates[2:4]), [3, 8])
+    # The excess 139 goes in equal parts to the two p = 0 prompts and the unseen one: 47, 46, 46.
+    np.testing.assert_array_equal(counts[[0, 1, 4, 5]], [2 + 47, 2 + 46, 2, 32 + 46])
+    assert counts[2] + counts[3] == 2 + 2 + 11  # the mixed prompts share exactly S above N_low
+
+
+def test_knapsack_fallback_needs_a_strictly_smaller_cost():
+    rates = np.array([0.5, 0.5, 0.0, 0.0])  # base 8, spare 8; S = 3 + 3 = 6 < 8: fires
+    np.testing.assert_array_equal(KnapsackAllocator(2, 128).allocate(rates, 16), [5, 5, 3, 3])
+    rates = np.array([0.5, 0.5, 0.0])  # base 6, spare 6; S = 6 is not smaller: the mixed prompts take it all
+    np.testing.assert_array_equal(KnapsackAllocator(2, 128).allocate(rates, 12), [5, 5, 2])
+
+
+def test_knapsack_fallback_without_never_solved_prompts_raises_the_solved_ones():
+    rates = np.array([0.5, 1.0, 1.0])  # base 6, spare 18; S = 3: the excess 15 goes to the p = 1 prompts, 8 and 7
+    np.testing.assert_array_equal(KnapsackAllocator(2, 128).allocate(rates, 24), [5, 10, 9])
+
+
+def test_knapsack_without_mixed_prompts_feeds_never_solved_and_unseen_prompts():
+    rates = np.array([0.0, 1.0, np.nan, 1.0])  # base 2, 2, 8, 2; spare 18 to prompts 0 and 2 in equal parts
+    np.testing.assert_array_equal(KnapsackAllocator(2, 128, default_generations=8).allocate(rates, 32), [11, 2, 17, 2])
+    np.testing.assert_array_equal(KnapsackAllocator(2, 128).allocate(np.ones(4), 32), [8, 8, 8, 8])
+
+
+def test_knapsack_keeps_max_generations_where_the_release_exceeds_it():
+    rates = np.array([0.0, 0.5, 1.0, 1.0])  # the release would give the p = 0 prompt 2 + 122
+    counts = KnapsackAllocator(2, 64).allocate(rates, 4 * 32)
+    assert counts.max() <= 64 and counts.sum() == 128
+    np.testing.assert_array_equal(counts, [64, 5, 30, 29])  # the rest goes to the other non-mixed prompts
 
 
 def test_knapsack_fallback_off_spends_everything_on_mixed_prompts():
@@ -90,8 +117,38 @@ def test_knapsack_fallback_off_spends_everything_on_mixed_prompts():
 def test_knapsack_gives_an_unsolved_prompt_many_rollouts_in_a_mostly_solved_batch():
     rates = np.array([0.0] + [1.0] * 15 + [0.75] * 16)
     counts = KnapsackAllocator(2, 128).allocate(rates, 32 * 8)
-    assert (counts[16:] == 9).all()  # ceil(log(0.1) / log(0.75)) rollouts each
-    assert counts[0] == 32 * 8 - 15 * 2 - 16 * 9  # the published "~93 rollouts for a hard prompt" regime
+    # Base 2 + 15 x 2 + 16 x 2 = 64, spare 192; S = 16 x int(8.004) = 128 < 192: the excess 64 goes to prompt 0.
+    assert counts[0] == 2 + 64
+    assert (counts[16:] == 2 + 8).all()
+
+
+def release_batches(count: int):
+    """Random batches as the trainer sees them: pass rates k/8 or k/16 (unseen, 0 and 1 included), N_up 16/32/128."""
+    rng = np.random.default_rng(2025)
+    for index in range(count):
+        size = int(rng.integers(2, 65))
+        trials = (8, 16)[index % 2]
+        rates = rng.integers(0, trials + 1, size) / trials
+        rates[rng.random(size) < rng.uniform(0, 0.4)] = np.nan
+        yield rates, (16, 32, 128)[index % 3]
+
+
+def test_knapsack_has_the_release_effect_on_random_batches():
+    compared = 0
+    for rates, max_n in release_batches(160):
+        n = 8
+        allocator = KnapsackAllocator(2, max_n, default_generations=n)
+        counts = allocator.allocate(rates, rates.size * n)
+        release = release_knapsack_counts(rates, n, 2, max_n)
+        assert counts.sum() == release.sum() == rates.size * n and counts.max() <= max_n
+        if release.max() > max_n:
+            continue  # the release exceeds N_up there; this allocator keeps the bound (test above)
+        compared += 1
+        mixed = (rates > 0) & (rates < 1)
+        np.testing.assert_array_equal(counts[~mixed], release[~mixed])
+        assert counts[mixed].sum() == release[mixed].sum()
+        assert allocator.value(counts, rates) == pytest.approx(allocator.value(release, rates), rel=1e-12, abs=1e-15)
+    assert compared >= 120
 
 
 @pytest.mark.parametrize("allocator", ALLOCATORS, ids=repr)

@@ -68,6 +68,25 @@ def test_example_trains_with_math_verify_rewards(tiny_chat_model, gsm8k_file, tm
     step_logs = [line for line in result.stdout.splitlines() if "'budget/rollouts_mean'" in line]
     assert len(step_logs) == 3
     assert "'rewards/accuracy_reward/mean'" in step_logs[0] and "'rewards/think_format_reward/mean'" in step_logs[0]
+    assert "counts as solved when the reward 'accuracy_reward' reaches 1.0" in result.stdout
+
+
+def test_example_judges_success_by_correctness():
+    assert budget_grpo.success_reward_choice(["think_format_reward", "accuracy_reward"], None) == "accuracy_reward"
+    assert budget_grpo.success_reward_choice(["think_format_reward", "accuracy_reward"], 0) == 0  # explicit wins
+    assert budget_grpo.success_reward_choice(["my_lib.rewards.custom"], None) is None  # weighted sum
+
+
+def test_paper_configs_follow_the_releases():
+    knapsack = yaml.safe_load((ROOT / "examples" / "knapsack_rl.yaml").read_text())
+    coba = yaml.safe_load((ROOT / "examples" / "coba_rl.yaml").read_text())
+    processes = 8  # the process count both files assume
+    for config, prompts_per_update, updates in ((knapsack, 32, 8), (coba, 128, 2)):
+        rollouts_per_update = config["per_device_train_batch_size"] * processes * config["gradient_accumulation_steps"]
+        assert rollouts_per_update == prompts_per_update * config["num_generations"]
+        assert config["generation_batch_size"] == updates * rollouts_per_update
+        assert config["loss_type"] == "dapo" and config["beta"] == 0.0
+    assert knapsack["advantage_clip"] == 5.0 and "advantage_clip" not in coba
 
 
 def test_example_reads_a_paper_config_with_overrides_and_lora(tiny_chat_model, gsm8k_file, tmp_path):

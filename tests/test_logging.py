@@ -60,7 +60,9 @@ def logged_run(tmp_path, tokenizer, monkeypatch):
     monkeypatch.setenv("TENSORBOARD_LOGGING_DIR", str(tmp_path / "tb"))
     import wandb
 
-    args = BudgetGRPOConfig(**config_kwargs(tmp_path / "out", max_steps=STEPS, report_to=["wandb", "tensorboard"]))
+    # pass_rate_min_rollouts=1: prompts are trusted after one visit, so that budgets vary within these few steps.
+    args = BudgetGRPOConfig(**config_kwargs(tmp_path / "out", max_steps=STEPS, report_to=["wandb", "tensorboard"],
+                                            pass_rate_min_rollouts=1))
     trainer = BudgetGRPOTrainer(
         model=build_tiny_model(tokenizer), reward_funcs=parity_reward, args=args, train_dataset=make_dataset(),
         processing_class=tokenizer,

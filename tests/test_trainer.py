@@ -42,11 +42,12 @@ def train(tmp_path, tokenizer, allocator=None, dataset=None, model=None, **overr
 
 @pytest.mark.parametrize("name", ["knapsack", "coba", "uniform"])
 def test_train_with_each_allocator(tmp_path, tokenizer, name):
-    trainer = train(tmp_path, tokenizer, budget_allocator=name, max_steps=6)
+    # 9 steps of 4 prompts x 4: prompts return often enough for Knapsack RL's rule (8 scored rollouts) to trust them.
+    trainer = train(tmp_path, tokenizer, budget_allocator=name, max_steps=9, per_device_train_batch_size=16)
     logs = [entry for entry in trainer.state.log_history if "budget/rollouts_mean" in entry]
-    assert len(logs) == 6
+    assert len(logs) == 9
     for entry in logs:
-        assert entry["budget/rollouts_mean"] == 4  # the budget is that of GRPO: 8 rollouts per step, 2 prompts
+        assert entry["budget/rollouts_mean"] == 4  # the budget is that of GRPO: 16 rollouts per step, 4 prompts
         assert 2 <= entry["budget/rollouts_min"] <= entry["budget/rollouts_max"] <= 8
         assert 0 <= entry["budget/effective_ratio"] <= 1
     assert len(trainer.tracker) > 0
@@ -123,7 +124,9 @@ def test_training_options_keep_working(tmp_path, tokenizer, overrides):
 def test_peft_lora(tmp_path, tokenizer):
     from peft import LoraConfig
 
-    args = BudgetGRPOConfig(**config_kwargs(tmp_path / "lora", max_steps=6, learning_rate=1e-2))
+    # Every scored prompt trusted at once, so that budgets vary within these few steps.
+    args = BudgetGRPOConfig(**config_kwargs(tmp_path / "lora", max_steps=6, learning_rate=1e-2,
+                                            pass_rate_min_rollouts=1))
     trainer = BudgetGRPOTrainer(
         model=build_tiny_model(tokenizer), reward_funcs=parity_reward, args=args, train_dataset=make_dataset(),
         processing_class=tokenizer,
@@ -156,7 +159,7 @@ def test_resumed_run_makes_the_same_allocations(tmp_path, tokenizer):
     train(tmp_path / "resumed", tokenizer, dataset=data, **steps)
     checkpoint = tmp_path / "resumed" / "run" / "checkpoint-3"
     state = json.loads((checkpoint / TRACKER_STATE_NAME).read_text())
-    assert state["visits"] and state["batch_failure_rates"]
+    assert state["prompts"] and state["batch_failure_rates"]
 
     resumed = RecordingAllocator(KnapsackAllocator(2, 8, default_generations=4))
     args = BudgetGRPOConfig(**config_kwargs(tmp_path / "resumed" / "run", **steps))
@@ -185,7 +188,8 @@ def test_failing_reward_function_leaves_the_tracker_untouched(tmp_path, tokenize
     )
     with pytest.raises(RuntimeError, match="reward service down"):
         trainer.train()
-    assert len(trainer.tracker.state_dict()["batch_failure_rates"]) == 2
+    scored = [scored for scored, _, _ in trainer.tracker.state_dict()["prompts"].values()]
+    assert sum(scored) == 2 * 8  # the two complete steps' rollouts, nothing of the failed third
 
 
 def test_shared_tracker_is_used(tmp_path, tokenizer):
@@ -207,6 +211,10 @@ def test_shared_tracker_is_used(tmp_path, tokenizer):
         ({"max_generations": 3}, "must lie between min_generations"),
         ({"min_generations": 0}, "at least 1"),
         ({"pass_rate_window": 0}, "pass_rate_window"),
+        ({"pass_rate_min_rollouts": 0}, "pass_rate_min_rollouts"),
+        ({"pass_rate_rollout_pool": -1}, "pass_rate_rollout_pool"),
+        ({"advantage_clip": 0.0}, "advantage_clip must be a positive number"),
+        ({"success_reward_func": -1}, "not a reward function index"),
     ],
 )
 def test_bad_config(tmp_path, overrides, message):
@@ -231,9 +239,12 @@ def test_broken_allocator_fails_before_any_model_work(tmp_path, tokenizer, alloc
 
 
 def test_allocator_that_breaks_later_is_caught(tmp_path, tokenizer):
+    calls = []
+
     def allocator(pass_rates, budget, failure_rate=None):
+        calls.append(budget)
         counts = np.full(pass_rates.size, budget // pass_rates.size)
-        if not np.isnan(pass_rates).all():
+        if len(calls) == 3:  # the construction-time probe and the first step are fine, the second step is not
             counts[0] += 1
         return counts
 
@@ -260,6 +271,63 @@ def test_tools_are_refused(tmp_path, tokenizer):
 def test_prompt_id_column(tmp_path, tokenizer):
     data = make_dataset().map(lambda row, index: {"prompt_id": f"q{index}"}, with_indices=True)
     trainer = train(tmp_path, tokenizer, dataset=data, prompt_id_column="prompt_id", max_steps=2)
-    assert all(key.startswith("q") for key in trainer.tracker.state_dict()["visits"])
+    assert all(key.startswith("q") for key in trainer.tracker.state_dict()["prompts"])
     with pytest.raises(KeyError, match="prompt_id_column='missing'"):
         train(tmp_path / "missing", tokenizer, prompt_id_column="missing", max_steps=1)
+
+
+@pytest.mark.parametrize(
+    "allocator, expected",
+    [
+        ("knapsack", {"pass_rate_window": 16, "pass_rate_rollout_pool": 16, "pass_rate_min_rollouts": 8,
+                      "failure_rate_window": 1}),
+        ("coba", {"pass_rate_window": 1, "pass_rate_rollout_pool": 0, "pass_rate_min_rollouts": 1,
+                  "failure_rate_window": 1}),
+    ],
+)
+def test_pass_rate_settings_default_to_the_allocators_release(tmp_path, tokenizer, allocator, expected):
+    args = BudgetGRPOConfig(**config_kwargs(tmp_path, budget_allocator=allocator))
+    assert {name: getattr(args, name) for name in expected} == expected
+    explicit = BudgetGRPOConfig(**config_kwargs(tmp_path, budget_allocator=allocator, pass_rate_min_rollouts=3))
+    assert explicit.pass_rate_min_rollouts == 3  # an explicit value wins
+    plain = BudgetGRPOConfig.from_grpo_config(GRPOConfig(**{
+        k: v for k, v in config_kwargs(tmp_path).items() if k not in ("min_generations", "max_generations")}))
+    assert plain.pass_rate_min_rollouts == 8  # a plain GRPOConfig gets the default allocator's (knapsack) rule
+    trainer = BudgetGRPOTrainer(model=build_tiny_model(tokenizer), reward_funcs=parity_reward, args=args,
+                                train_dataset=make_dataset(), processing_class=tokenizer)
+    tracker = trainer.tracker
+    assert (tracker.window, tracker.rollout_pool or 0, tracker.min_rollouts, tracker.failure_rate_window) == tuple(
+        expected.values())
+
+
+def always_one(completions, **kwargs):
+    """A reward every rollout earns, as a format reward that a well-formatted wrong answer still gets."""
+    return [1.0] * len(completions)
+
+
+@pytest.mark.parametrize("success_reward_func", [None, "parity_reward", 0, "0"])
+def test_success_can_follow_one_reward_function(tmp_path, tokenizer, success_reward_func):
+    args = BudgetGRPOConfig(**config_kwargs(tmp_path, max_steps=3, budget_allocator="coba",
+                                            success_reward_func=success_reward_func))
+    trainer = BudgetGRPOTrainer(model=build_tiny_model(tokenizer), reward_funcs=[parity_reward, always_one],
+                                args=args, train_dataset=make_dataset(), processing_class=tokenizer)
+    trainer.train()
+    if success_reward_func is None:  # parity + 1 >= 1 for every rollout: every prompt looks solved
+        assert trainer.tracker.failure_rate == 0.0
+    else:  # the parity reward alone decides, and a random policy fails it about half of the time
+        assert 0.0 < trainer.tracker.failure_rate < 1.0
+
+
+def test_unknown_success_reward_func_fails_before_the_model_loads(tmp_path):
+    args = BudgetGRPOConfig(**config_kwargs(tmp_path, success_reward_func="accuracy_reward"))
+    with pytest.raises(ValueError, match=r"success_reward_func='accuracy_reward'.*\{0: 'parity_reward', 1: 'always"):
+        BudgetGRPOTrainer(model="no-such-org/no-such-model", reward_funcs=[parity_reward, always_one], args=args,
+                          train_dataset=make_dataset())
+
+
+def test_advantage_clip_bounds_the_advantages(tmp_path, tokenizer):
+    unclipped = train(tmp_path / "off", tokenizer, max_steps=3)
+    clipped = train(tmp_path / "on", tokenizer, max_steps=3, advantage_clip=0.5)
+    assert max(abs(a) for a in unclipped._logs["advantages"]) > 0.5  # parity rewards give about +-1
+    advantages = np.abs(clipped._logs["advantages"])
+    assert advantages.max() == pytest.approx(0.5) and (advantages == 0.5).sum() > 0

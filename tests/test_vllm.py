@@ -73,8 +73,9 @@ def test_server_mode_asks_for_each_prompts_own_count(tmp_path, tokenizer, monkey
     RecordingVLLMClient.requests.clear()
     PlanRecordingTrainer.plans.clear()
 
+    # pass_rate_min_rollouts=1: prompts are trusted after one visit, so that budgets vary within these few steps.
     args = BudgetGRPOConfig(**config_kwargs(tmp_path, max_steps=6, use_vllm=True, vllm_mode="server",
-                                            knapsack_fallback=False))
+                                            knapsack_fallback=False, pass_rate_min_rollouts=1))
     trainer = PlanRecordingTrainer(
         model=build_tiny_model(tokenizer), reward_funcs=parity_reward, args=args, train_dataset=make_dataset(),
         processing_class=tokenizer,
@@ -106,7 +107,7 @@ def test_colocate_mode_on_gpu(tmp_path, tokenizer):
     tokenizer.save_pretrained(tmp_path / "model")
     args = BudgetGRPOConfig(
         **config_kwargs(tmp_path / "out", max_steps=4, use_cpu=False, bf16=True, use_vllm=True,
-                        vllm_mode="colocate", vllm_gpu_memory_utilization=0.2)
+                        vllm_mode="colocate", vllm_gpu_memory_utilization=0.2, pass_rate_min_rollouts=1)
     )
     trainer = BudgetGRPOTrainer(
         model=str(tmp_path / "model"), reward_funcs=parity_reward, args=args, train_dataset=make_dataset(),

@@ -109,18 +109,28 @@ def _distinct_rows(table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return table[first], row_of.ravel()
 
 
-def spread_evenly(total: int, lower: np.ndarray, upper: np.ndarray) -> np.ndarray:
-    """Water-fill `total` rollouts over prompts bounded by `lower` and `upper`; the remainder goes to low indices."""
+def spread_evenly(total: int, lower: np.ndarray, upper: np.ndarray, equal_increments: bool = False) -> np.ndarray:
+    """Spread up to `total - sum(lower)` rollouts over prompts bounded by `lower` and `upper`.
+
+    By default the counts are water-filled (the lowest counts rise first); with `equal_increments` every count rises by
+    the same number instead, as the Knapsack RL release hands out its excess budget. Either way the remainder goes to
+    the lowest indices, and a prompt at its upper bound passes its share on to the others.
+    """
     lower = np.asarray(lower, dtype=np.int64)
     upper = np.asarray(upper, dtype=np.int64)
     if lower.size == 0:
         return lower.copy()
     spare = min(total - int(lower.sum()), int((upper - lower).sum()))
-    return allocate_by_curves(upper[:, None], lower, int(upper.max()), _even_gains, spare)
+    gains = _equal_increment_gains if equal_increments else _even_gains
+    return allocate_by_curves(upper[:, None], lower, int(upper.max()), gains, spare)
 
 
 def _even_gains(upper: np.ndarray, levels: np.ndarray, lower: np.ndarray) -> np.ndarray:
     return np.where(levels < upper, -levels, -np.inf)
+
+
+def _equal_increment_gains(upper: np.ndarray, levels: np.ndarray, lower: np.ndarray) -> np.ndarray:
+    return np.where(levels < upper, lower - levels, -np.inf)
 
 
 def _check_bounds(min_generations: int, max_generations: int) -> None:
@@ -205,16 +215,34 @@ class UniformAllocator(_BoundedAllocator):
 
 
 class KnapsackAllocator(_BoundedAllocator):
-    """Knapsack RL (Li et al., 2025): value = P(non-zero gradient) x information gain, exact greedy optimum.
+    """Knapsack RL (Li et al., 2025): value = P(non-zero gradient) x information gain, as its release allocates.
+
+    Follows `sampling_budget_by_knapsack` of the release (`verl/trainer/ppo/exploration_utils.py`):
+
+    1. Base counts: an unseen prompt (NaN) gets `default_generations`, a mixed prompt (0 < p < 1) `min_generations`,
+       a never-solved one (p = 0) `zero_pass_generations`, an always-solved one (p = 1) `full_pass_generations`.
+    2. With `fallback`, a mixed prompt needs `cost(p) = log(1 - alpha) / log(max(p, 1 - p))` rollouts to show a
+       non-zero gradient with probability alpha = `fallback_confidence`. When the spare budget (after the base counts)
+       is strictly larger than `S = sum(int(min(max_generations, cost)))` over the mixed prompts, the excess
+       `spare - S` is spread in equal increments over the never-solved and the unseen prompts (the release holds a
+       success rate of 0 for prompts without history), or over every prompt that is not mixed when there are none,
+       and the mixed prompts share exactly `S` on top of their base counts.
+    3. The mixed prompts' share is split to maximise the value (an exact optimum; the release runs a dynamic
+       program). Without the fallback, or when it does not fire, they share the whole spare budget.
+    4. With no mixed prompt, the spare budget goes in equal increments to the never-solved and unseen prompts, or,
+       with none, to every prompt (the release then gives every prompt `n`: the same when the budget is prompts x n).
+
+    Unlike the release, `max_generations` is a hard bound on every prompt: the release can give fallback receivers,
+    and mixed prompts whose share exceeds their room, more than N_up. What a bound holds back goes to the other
+    prompts in the same order (never-solved and unseen, then the rest of the non-mixed, then the mixed).
 
     Args:
         min_generations, max_generations: bounds N_low, N_up on each prompt's count.
         default_generations: count for a prompt without history (None: the even share `budget // prompts`).
-        zero_pass_generations: count for a prompt never solved (p = 0) before any fallback excess.
-        full_pass_generations: count for a prompt always solved (p = 1).
-        fallback: the published fallback; when the budget exceeds what the mixed prompts need to show a non-zero
-            gradient with probability `fallback_confidence`, they get just that and the excess goes to p = 0 prompts.
-        fallback_confidence: alpha in cost(p) = log(1 - alpha) / log(max(p, 1 - p)).
+        zero_pass_generations: base count of a prompt never solved (p = 0), `negative_n` in the release.
+        full_pass_generations: base count of a prompt always solved (p = 1), `positive_n` in the release.
+        fallback: the published fallback (`allow_fallback`), step 2 above.
+        fallback_confidence: alpha in cost(p).
     """
 
     def __init__(
@@ -255,15 +283,18 @@ class KnapsackAllocator(_BoundedAllocator):
         return float(self.prompt_value(counts, rates).sum())
 
     def fallback_cost(self, pass_rates: np.ndarray) -> np.ndarray:
-        """Rollouts a mixed prompt needs to show a non-zero gradient with probability `fallback_confidence`."""
+        """`int(min(max_generations, cost(p)))` per mixed prompt: the release's estimate, truncated as it truncates."""
         cost = np.log1p(-self.fallback_confidence) / np.log(np.maximum(pass_rates, 1.0 - pass_rates))
-        return np.clip(np.ceil(cost), self.min_generations, self.max_generations).astype(np.int64)
+        return np.minimum(cost, self.max_generations).astype(np.int64)
 
-    def _targets(self, rates: np.ndarray, budget: int) -> np.ndarray:
+    def base_counts(self, pass_rates: np.ndarray, budget: int) -> np.ndarray:
+        """Step 1: the count each prompt starts from, within the bounds."""
+        rates = np.asarray(pass_rates, dtype=np.float64)
         default = self.default_generations if self.default_generations is not None else budget // rates.size
-        targets = np.where(rates == 0.0, self.zero_pass_generations, self.full_pass_generations)
-        targets = np.where(np.isnan(rates), default, targets)
-        return np.clip(targets, self.min_generations, self.max_generations).astype(np.int64)
+        counts = np.where(rates == 0.0, self.zero_pass_generations, self.full_pass_generations)
+        counts = np.where((rates > 0.0) & (rates < 1.0), self.min_generations, counts)
+        counts = np.where(np.isnan(rates), default, counts)
+        return np.clip(counts, self.min_generations, self.max_generations).astype(np.int64)
 
     @staticmethod
     def _gains(pass_rates: np.ndarray, levels: np.ndarray, lower: np.ndarray) -> np.ndarray:
@@ -275,28 +306,40 @@ class KnapsackAllocator(_BoundedAllocator):
         rates = self._check_request(pass_rates, budget, failure_rate)
         budget = int(budget)
         mixed = (rates > 0.0) & (rates < 1.0)
-        fixed = ~mixed
-        counts = np.full(rates.size, self.min_generations, dtype=np.int64)
-        room_for_fixed = budget - int(mixed.sum()) * self.min_generations
-        counts[fixed] = spread_evenly(room_for_fixed, counts[fixed], self._targets(rates, budget)[fixed])
-        left = budget - int(counts.sum())
-        max_counts = np.full(rates.size, self.max_generations, dtype=np.int64)
-
-        costs = self.fallback_cost(rates[mixed])
-        if self.fallback and left >= int((costs - self.min_generations).sum()):
-            counts[mixed] = costs
-            left -= int((costs - self.min_generations).sum())
-            for receivers in (fixed & (rates == 0.0), fixed):
-                raised = spread_evenly(int(counts[receivers].sum()) + left, counts[receivers], max_counts[receivers])
-                left -= int((raised - counts[receivers]).sum())
-                counts[receivers] = raised
-        lower = counts[mixed]
-        spare = min(left, int((self.max_generations - lower).sum()))
-        counts[mixed] = allocate_by_curves(rates[mixed, None], lower, self.max_generations, self._gains, spare)
-        left -= spare
-        if left:  # every mixed prompt is at max_generations: the rest goes evenly to the others
-            counts[fixed] = spread_evenly(int(counts[fixed].sum()) + left, counts[fixed], max_counts[fixed])
+        base = self.base_counts(rates, budget)
+        if int(base.sum()) > budget:  # the base counts do not fit: mixed prompts keep N_low, the others shrink evenly
+            counts = np.full(rates.size, self.min_generations, dtype=np.int64)
+            room = budget - int(mixed.sum()) * self.min_generations
+            counts[~mixed] = spread_evenly(room, counts[~mixed], base[~mixed])
+            return counts
+        counts = base
+        spare = budget - int(counts.sum())
+        never_solved = np.isnan(rates) | (rates == 0.0)
+        if not mixed.any():
+            for receivers in (never_solved, np.ones_like(mixed)):
+                spare -= self._raise_evenly(counts, receivers, spare)
+            return counts
+        mixed_share = spare
+        if self.fallback:
+            needed = int(self.fallback_cost(rates[mixed]).sum())
+            if needed < spare and (~mixed).any():
+                mixed_share = needed
+                for receivers in (never_solved if never_solved.any() else ~mixed, ~mixed):
+                    spare -= self._raise_evenly(counts, receivers, spare - mixed_share)
+                mixed_share = spare  # what the bound held back from the receivers stays with the mixed prompts
+        taken = min(mixed_share, int((self.max_generations - counts[mixed]).sum()))
+        counts[mixed] = allocate_by_curves(rates[mixed, None], counts[mixed], self.max_generations, self._gains, taken)
+        self._raise_evenly(counts, ~mixed, spare - taken)  # the mixed prompts are all at max_generations
         return counts
+
+    def _raise_evenly(self, counts: np.ndarray, members: np.ndarray, amount: int) -> int:
+        """Raise `members` in equal increments by up to `amount` in total (bounded); returns how much was placed."""
+        if amount <= 0 or not members.any():
+            return 0
+        before = int(counts[members].sum())
+        upper = np.full(int(members.sum()), self.max_generations)
+        counts[members] = spread_evenly(before + amount, counts[members], upper, equal_increments=True)
+        return int(counts[members].sum()) - before
 
 
 class CoBAAllocator(_BoundedAllocator):

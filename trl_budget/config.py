@@ -8,6 +8,20 @@ from trl import GRPOConfig
 
 ALLOCATOR_NAMES = ("knapsack", "coba", "uniform")
 
+# How each release estimates pass rates, as `BudgetGRPOConfig` fields; a field left at None takes its allocator's value.
+# Knapsack RL (`rl_dataset.py`: min_buffer_length=8, reward_buffer_length=16): a prompt is unseen until it has 8 scored
+# rollouts; then its last visit's rate if that visit had 16, else the mean of its latest 16 rollouts across visits (16
+# visits always hold them). CoBA-RL (run script: sliding_window_size=1): the last visit, and the last batch's failure
+# rate. Uniform ignores pass rates; its tracker only feeds the logged metrics.
+RELEASE_PASS_RATE_SETTINGS = {
+    "knapsack": {"pass_rate_window": 16, "pass_rate_rollout_pool": 16, "pass_rate_min_rollouts": 8,
+                 "failure_rate_window": 1},
+    "coba": {"pass_rate_window": 1, "pass_rate_rollout_pool": 0, "pass_rate_min_rollouts": 1,
+             "failure_rate_window": 1},
+    "uniform": {"pass_rate_window": 1, "pass_rate_rollout_pool": 0, "pass_rate_min_rollouts": 1,
+                "failure_rate_window": 1},
+}
+
 
 @dataclass
 class BudgetGRPOConfig(GRPOConfig):
@@ -31,12 +45,24 @@ class BudgetGRPOConfig(GRPOConfig):
 
         > Parameters that control the capability tracker
 
-        pass_rate_window (`int`, *optional*, defaults to `1`):
-            Number of recent visits of a prompt whose rollouts form its pass-rate estimate (1: the last visit).
+        pass_rate_window (`int` or `None`, *optional*, defaults to `None`):
+            Most recent visits of a prompt whose rollouts form its pass-rate estimate. `None`: the chosen allocator's
+            release setting (knapsack 16, never binding; coba 1, the last visit).
+        pass_rate_rollout_pool (`int` or `None`, *optional*, defaults to `None`):
+            Most recent rollouts the estimate pools across visits, unless the last visit alone has that many (then it
+            is used whole); 0 pools whole visits. `None`: the release setting (knapsack 16, coba 0).
+        pass_rate_min_rollouts (`int` or `None`, *optional*, defaults to `None`):
+            Scored rollouts a prompt needs in total before it has a pass rate; until then it is unseen. `None`: the
+            release setting (knapsack 8, coba 1).
+        failure_rate_window (`int` or `None`, *optional*, defaults to `None`):
+            Number of recent generation batches over which the global failure rate is averaged. `None`: the release
+            setting (1: CoBA-RL's run script; its class default is 3).
         success_threshold (`float`, *optional*, defaults to `1.0`):
-            A rollout counts as a success when its total (weighted) reward is at least this value.
-        failure_rate_window (`int`, *optional*, defaults to `10`):
-            Number of recent generation batches over which the global failure rate is averaged.
+            A rollout counts as a success when its reward is at least this value: the total (weighted) reward, or the
+            reward of `success_reward_func` when set.
+        success_reward_func (`str`, `int` or `None`, *optional*, defaults to `None`):
+            The reward function (its name or index in `reward_funcs`) whose reward alone decides success, e.g. the
+            accuracy reward when a format reward is added to it. `None`: the weighted sum of all reward functions.
         prompt_id_column (`str` or `None`, *optional*, defaults to `None`):
             Dataset column identifying a prompt. When `None`, a stable hash of the prompt content is used.
 
@@ -63,6 +89,13 @@ class BudgetGRPOConfig(GRPOConfig):
             budget is optimised, the rest goes to very hard prompts first.
         coba_exploration_share (`float`, *optional*, defaults to `0.7`):
             Share of the spare budget optimised over exploration prompts under the bucket rule.
+
+        > Parameters that control the advantages
+
+        advantage_clip (`float` or `None`, *optional*, defaults to `None`):
+            Clip the grouped advantages to [-advantage_clip, advantage_clip]. `None`: no clipping, as TRL. The
+            Knapsack RL release clips at 5: a lone success among 128 rollouts would otherwise get an advantage of
+            about 11 (2.5 among 8).
     """
 
     budget_allocator: str = field(
@@ -75,17 +108,35 @@ class BudgetGRPOConfig(GRPOConfig):
     )
     min_generations: int = field(default=2, metadata={"help": "Fewest rollouts a prompt of the batch can receive."})
     max_generations: int = field(default=128, metadata={"help": "Most rollouts a prompt of the batch can receive."})
-    pass_rate_window: int = field(
-        default=1,
-        metadata={"help": "Number of recent visits of a prompt whose rollouts form its pass-rate estimate."},
+    pass_rate_window: int | None = field(
+        default=None,
+        metadata={"help": "Most recent visits of a prompt whose rollouts form its pass-rate estimate. None: the "
+                  "chosen allocator's release setting (knapsack 16, coba 1)."},
+    )
+    pass_rate_rollout_pool: int | None = field(
+        default=None,
+        metadata={"help": "Most recent rollouts the estimate pools across visits, unless the last visit alone has "
+                  "that many; 0 pools whole visits. None: the release setting (knapsack 16, coba 0)."},
+    )
+    pass_rate_min_rollouts: int | None = field(
+        default=None,
+        metadata={"help": "Scored rollouts a prompt needs in total before it has a pass rate. None: the release "
+                  "setting (knapsack 8, coba 1)."},
+    )
+    failure_rate_window: int | None = field(
+        default=None,
+        metadata={"help": "Number of recent generation batches over which the global failure rate is averaged. "
+                  "None: the release setting (1, CoBA-RL's run script)."},
     )
     success_threshold: float = field(
         default=1.0,
-        metadata={"help": "A rollout counts as a success when its total (weighted) reward is at least this value."},
+        metadata={"help": "A rollout counts as a success when its reward (the weighted total, or that of "
+                  "`success_reward_func`) is at least this value."},
     )
-    failure_rate_window: int = field(
-        default=10,
-        metadata={"help": "Number of recent generation batches over which the global failure rate is averaged."},
+    success_reward_func: int | str | None = field(
+        default=None,
+        metadata={"help": "Name or index of the reward function whose reward alone decides success (e.g. the "
+                  "accuracy reward next to a format reward). None: the weighted sum of all reward functions."},
     )
     prompt_id_column: str | None = field(
         default=None,
@@ -126,6 +177,12 @@ class BudgetGRPOConfig(GRPOConfig):
         metadata={"help": "Share of the spare budget optimised over exploration prompts under the bucket rule."},
     )
 
+    advantage_clip: float | None = field(
+        default=None,
+        metadata={"help": "Clip the grouped advantages to [-advantage_clip, advantage_clip]. None: no clipping, as "
+                  "TRL. The Knapsack RL release clips at 5."},
+    )
+
     def __post_init__(self):
         super().__post_init__()
         self.check_budget_settings()
@@ -145,9 +202,30 @@ class BudgetGRPOConfig(GRPOConfig):
                 f"lie between min_generations ({self.min_generations}) and max_generations ({self.max_generations}); "
                 "otherwise the batch's budget cannot be split within the bounds."
             )
-        for name in ("pass_rate_window", "failure_rate_window"):
+        self.resolve_release_settings()
+        for name in ("pass_rate_window", "pass_rate_min_rollouts", "failure_rate_window"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}.")
+        if self.pass_rate_rollout_pool < 0:
+            raise ValueError(
+                f"pass_rate_rollout_pool must be 0 (pool whole visits) or a positive number of rollouts, got "
+                f"{self.pass_rate_rollout_pool}."
+            )
+        if self.advantage_clip is not None and not self.advantage_clip > 0:
+            raise ValueError(
+                f"advantage_clip must be a positive number or None (no clipping), got {self.advantage_clip}."
+            )
+        if isinstance(self.success_reward_func, int) and self.success_reward_func < 0:
+            raise ValueError(
+                f"success_reward_func={self.success_reward_func} is not a reward function index; give the index "
+                "(from 0) or the name of one of the trainer's reward_funcs, or None for their weighted sum."
+            )
+
+    def resolve_release_settings(self) -> None:
+        """Give each pass-rate setting left at None the value of the chosen allocator's release."""
+        for name, value in RELEASE_PASS_RATE_SETTINGS[self.budget_allocator].items():
+            if getattr(self, name) is None:
+                setattr(self, name, value)
 
     @classmethod
     def from_grpo_config(cls, args: GRPOConfig) -> "BudgetGRPOConfig":

@@ -23,7 +23,7 @@ from accelerate.utils import broadcast_object_list, gather_object
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from transformers.utils import logging
 from trl import GRPOConfig, GRPOTrainer
-from trl.trainer.utils import nanstd
+from trl.trainer.utils import get_callable_name, get_config_model_id, nanstd
 
 from .allocators import Allocator, CoBAAllocator, KnapsackAllocator, UniformAllocator
 from .config import BudgetGRPOConfig
@@ -54,6 +54,50 @@ def allocator_from_config(args: BudgetGRPOConfig):
         gamma=args.coba_gamma,
         bucket_heuristic=args.coba_bucket_heuristic,
         exploration_share=args.coba_exploration_share,
+    )
+
+
+def tracker_from_config(args: BudgetGRPOConfig) -> CapabilityTracker:
+    """The capability tracker with the config's pass-rate rule (by default, the chosen allocator's release rule)."""
+    return CapabilityTracker(
+        window=args.pass_rate_window,
+        success_threshold=args.success_threshold,
+        failure_rate_window=args.failure_rate_window,
+        min_rollouts=args.pass_rate_min_rollouts,
+        rollout_pool=args.pass_rate_rollout_pool,
+    )
+
+
+def reward_func_name(reward_func) -> str:
+    """The name TRL gives a reward function in `reward_func_names` and in its logs."""
+    if isinstance(reward_func, str):
+        return reward_func.split("/")[-1]
+    if isinstance(reward_func, torch.nn.Module):
+        return get_config_model_id(reward_func.config).split("/")[-1]
+    return get_callable_name(reward_func)
+
+
+def success_reward_index(choice: int | str | None, reward_funcs) -> int | None:
+    """Index of the reward function that `success_reward_func` names (by index or name); None for the weighted sum."""
+    if choice is None:
+        return None
+    funcs = reward_funcs if isinstance(reward_funcs, list) else [reward_funcs]
+    names = [reward_func_name(func) for func in funcs]
+    if isinstance(choice, str) and choice.isdigit():
+        choice = int(choice)
+    if isinstance(choice, int) and 0 <= choice < len(names):
+        return choice
+    if choice in names:
+        if names.count(choice) > 1:
+            raise ValueError(
+                f"success_reward_func={choice!r} names {names.count(choice)} reward functions ({names}); give its index "
+                "instead."
+            )
+        return names.index(choice)
+    raise ValueError(
+        f"success_reward_func={choice!r} is neither the name nor the index of a reward function; the trainer's "
+        f"reward functions are {dict(enumerate(names))}. Name one of them, or set None to judge success by the "
+        "weighted sum of all rewards."
     )
 
 
@@ -187,11 +231,8 @@ class BudgetGRPOTrainer(GRPOTrainer):
                     "prompt row, which per-prompt budgets rely on. Use GRPOTrainer for this run."
                 )
         self.allocator = allocator if allocator is not None else allocator_from_config(args)
-        self.tracker = tracker if tracker is not None else CapabilityTracker(
-            window=args.pass_rate_window,
-            success_threshold=args.success_threshold,
-            failure_rate_window=args.failure_rate_window,
-        )
+        self.tracker = tracker if tracker is not None else tracker_from_config(args)
+        self._success_reward_index = success_reward_index(args.success_reward_func, reward_funcs)
         prompts_per_batch = args.generation_batch_size // args.num_generations
         checked_allocation(  # a broken allocator fails here, before any model is loaded
             self.allocator, np.full(prompts_per_batch, np.nan), args.generation_batch_size, None,
@@ -266,6 +307,8 @@ class BudgetGRPOTrainer(GRPOTrainer):
         advantages, is_std_zero = grouped_advantages(
             rewards_per_func, counts, self.reward_weights, self.scale_rewards, self.multi_objective_aggregation
         )
+        if self.args.advantage_clip is not None:
+            advantages = advantages.clamp(-self.args.advantage_clip, self.args.advantage_clip)
         output["advantages"] = advantages[rank * local : (rank + 1) * local]
         self._metrics["train"]["frac_reward_zero_std"][-1] = is_std_zero.float().mean().item()
         logged_advantages = self._logs["advantages"]
@@ -275,7 +318,9 @@ class BudgetGRPOTrainer(GRPOTrainer):
 
         rewards = (rewards_per_func * self.reward_weights.to(device).unsqueeze(0)).nansum(dim=1)
         rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
-        self.tracker.update(np.repeat(plan.keys, plan.counts), rewards.cpu().numpy())
+        column = self._success_reward_index
+        success_rewards = rewards if column is None else rewards_per_func[:, column]
+        self.tracker.update(np.repeat(plan.keys, plan.counts), success_rewards.cpu().numpy())
         self._record_budget_metrics(plan, rewards, advantages)
         return output
 
