@@ -1,39 +1,78 @@
-"""Run under `accelerate launch --num_processes 2 --cpu`: trains a few steps and writes what each rank saw."""
+"""Run under `accelerate launch --num_processes 2`: trains a few steps and writes what each rank saw.
+
+    multiprocess_run.py OUTPUT_DIR ALLOCATOR          # a normal run
+    multiprocess_run.py OUTPUT_DIR failing-allocator  # the allocator raises at the second step
+"""
 
 import json
 import sys
 from pathlib import Path
 
+import numpy as np
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from conftest import ALPHABET, config_kwargs, make_dataset, parity_reward  # noqa: E402
 
-from trl_budget import BudgetGRPOConfig, BudgetGRPOTrainer  # noqa: E402
+from trl_budget import BudgetGRPOConfig, BudgetGRPOTrainer, KnapsackAllocator  # noqa: E402
 from trl_budget.tiny import build_char_tokenizer, build_tiny_model  # noqa: E402
 
 
 class RecordingTrainer(BudgetGRPOTrainer):
-    """Keeps every rank's view of each generation batch."""
+    """Keeps every rank's view of each generation batch: the plan, and the rows this rank generated."""
 
     seen = []
 
-    def _plan_rollouts(self, inputs):
-        plan = super()._plan_rollouts(inputs)
-        self.seen.append({"local_rows": len(inputs), "keys": plan.keys, "counts": plan.counts.tolist()})
-        return plan
+    def _generate_and_score_completions(self, inputs):
+        output = super()._generate_and_score_completions(inputs)
+        plan = self.last_rollout_plan
+        rank, local = self.accelerator.process_index, len(inputs)
+        slots = plan.slot_order[rank * local : (rank + 1) * local]
+        self.seen.append({
+            "local_rows": len(inputs),
+            "keys": plan.keys,
+            "counts": plan.counts.tolist(),
+            "slot_order": plan.slot_order.tolist(),
+            "my_keys": np.repeat(plan.keys, plan.counts)[slots].tolist(),
+            "my_rewards": self._gathered_rewards[rank * local : (rank + 1) * local, 0].tolist(),
+            "my_advantages": output["advantages"].tolist(),
+        })
+        return output
+
+
+class FailingAllocator:
+    """A real allocator that raises at its third call: the construction probe and step 1 go through."""
+
+    def __init__(self):
+        self.allocator, self.calls = KnapsackAllocator(2, 8, default_generations=4), 0
+
+    def __call__(self, pass_rates, budget, failure_rate=None):
+        self.calls += 1
+        if self.calls == 3:
+            raise ArithmeticError("allocator broke at step 2")
+        return self.allocator(pass_rates, budget, failure_rate)
 
 
 def main(output_dir: str, allocator: str):
     tokenizer = build_char_tokenizer(ALPHABET)
+    failing = allocator == "failing-allocator"
     args = BudgetGRPOConfig(
-        **config_kwargs(output_dir, per_device_train_batch_size=4, max_steps=9, budget_allocator=allocator,
-                        save_strategy="steps", save_steps=9)
+        **config_kwargs(output_dir, per_device_train_batch_size=4, max_steps=9,
+                        budget_allocator="knapsack" if failing else allocator, save_strategy="steps", save_steps=9)
     )
     trainer = RecordingTrainer(
         model=build_tiny_model(tokenizer), reward_funcs=parity_reward, args=args, train_dataset=make_dataset(),
-        processing_class=tokenizer,
+        processing_class=tokenizer, allocator=FailingAllocator() if failing else None,
     )
-    trainer.train()
     rank = trainer.accelerator.process_index
+    if failing:
+        try:
+            trainer.train()
+        except RuntimeError as error:
+            # What an exception handler that saves or retries does: reach another collective.
+            trainer.accelerator.wait_for_everyone()
+            Path(output_dir, f"rank{rank}_error.txt").write_text(str(error))
+        return
+    trainer.train()
     report = {
         "world_size": trainer.accelerator.num_processes,
         "batches": trainer.seen,

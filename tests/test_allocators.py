@@ -268,3 +268,10 @@ def test_value_ranks_allocations():
     allocator = KnapsackAllocator(2, 16, fallback=False)
     best = allocator.allocate(rates, 12)
     assert allocator.value(best, rates) > allocator.value(np.array([6, 6]), rates)
+
+
+@pytest.mark.parametrize("allocator", [KnapsackAllocator(2, 10**9, fallback=False), CoBAAllocator(2, 10**9)], ids=repr)
+def test_work_is_bounded_by_the_budget_not_by_max_generations(allocator):
+    rates = np.random.default_rng(0).integers(1, 16, 256) / 16
+    counts = allocator.allocate(rates, 256 * 8, 0.5)  # a (256 x 10^9) gain matrix would not fit in memory
+    assert counts.sum() == 256 * 8 and counts.min() >= 2

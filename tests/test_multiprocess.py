@@ -3,28 +3,35 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from trl_budget.trainer import TRACKER_STATE_NAME
+from trl_budget.checkpoint import TRACKER_STATE_NAME
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.mark.parametrize("allocator", ["knapsack", "coba"])
-def test_two_processes_make_identical_allocations(tmp_path, allocator):
+def launch(tmp_path, allocator, timeout=600):
     script = Path(__file__).with_name("multiprocess_run.py")
     # accelerate 1.15's `--cpu` launcher starts a single process unless MPI is set up; torchrun (`--multi_gpu`) starts
     # two, and `use_cpu=True` in the config makes them a gloo-backed MULTI_CPU group.
     command = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
                "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
                str(script), str(tmp_path), allocator]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize("allocator", ["knapsack", "coba"])
+def test_two_processes_make_identical_allocations(tmp_path, allocator):
+    result = launch(tmp_path, allocator)
     assert result.returncode == 0, result.stderr[-4000:]
 
     ranks = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in range(2)]
     assert all(report["world_size"] == 2 for report in ranks)
     first, second = ranks
-    assert first["batches"] == second["batches"]
+    shared = ("keys", "counts", "slot_order")
+    assert [{k: b[k] for k in shared} for b in first["batches"]] == [{k: b[k] for k in shared} for b in
+                                                                        second["batches"]]
     for batch in first["batches"]:
         assert batch["local_rows"] == 4  # every rank keeps the same number of rows
         assert sum(batch["counts"]) == 8 and len(batch["counts"]) == 2
@@ -33,3 +40,25 @@ def test_two_processes_make_identical_allocations(tmp_path, allocator):
     assert first["losses"] and len(first["losses"]) == 9  # 9 steps: each prompt comes back a third time
     saved = json.loads((tmp_path / "checkpoint-9" / TRACKER_STATE_NAME).read_text())
     assert saved == first["tracker"]
+
+    for mine, theirs in zip(first["batches"], second["batches"]):
+        keys = mine["my_keys"] + theirs["my_keys"]
+        rewards = np.array(mine["my_rewards"] + theirs["my_rewards"])
+        advantages = np.array(mine["my_advantages"] + theirs["my_advantages"])
+        for key, count in zip(mine["keys"], mine["counts"]):
+            assert mine["my_keys"].count(key) >= count // 2 and theirs["my_keys"].count(key) >= count // 2
+            rows = np.array([k == key for k in keys])
+            group = rewards[rows]  # GRPO's advantage over the whole group, computed by hand
+            expected = (group - group.mean()) / (group.std(ddof=1) + 1e-4)
+            np.testing.assert_allclose(advantages[rows], expected, atol=1e-5)
+
+
+def test_an_allocator_failure_stops_every_process(tmp_path):
+    # Without the outcome broadcast, rank 1 would wait in the broadcast for 30 minutes while rank 0 waits in its
+    # exception handler's collective; the timeout turns that hang into a failure.
+    result = launch(tmp_path, "failing-allocator", timeout=240)
+    assert result.returncode == 0, result.stderr[-4000:]
+    messages = [(tmp_path / f"rank{rank}_error.txt").read_text() for rank in range(2)]
+    assert messages[0] == messages[1]
+    assert "Rollout allocation failed on the main process" in messages[0]
+    assert "ArithmeticError: allocator broke at step 2" in messages[0]

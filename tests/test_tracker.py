@@ -154,3 +154,21 @@ def test_prompt_key_is_stable_and_content_based():
     assert prompt_key(chat) == prompt_key([{"content": "1+1=", "role": "user"}])
     assert prompt_key("1+1=") != prompt_key("1+2=")
     assert prompt_key("1+1=") == "9a9b127fd4f1fa738ccf27d78af47ff7"  # keys saved in checkpoints must not drift
+
+
+def test_memory_per_prompt_stays_small():
+    import gc
+    import tracemalloc
+
+    prompts = 20_000
+    keys = [f"{i:032x}" for i in range(prompts)]  # the shape of prompt_key's digests
+    gc.collect()
+    tracemalloc.start()
+    start = tracemalloc.get_traced_memory()[0]
+    tracker = CapabilityTracker(window=16, min_rollouts=8, rollout_pool=16)  # Knapsack RL's rule, the heaviest
+    for _ in range(2):
+        tracker.update(np.repeat(keys, 8), np.arange(prompts * 8) % 3 == 0)
+    gc.collect()
+    held = tracemalloc.get_traced_memory()[0] - start
+    tracemalloc.stop()
+    assert held / prompts <= 300  # bytes; benchmarks/tracker_scale.py measures 10^6 prompts

@@ -8,8 +8,9 @@ from datasets import concatenate_datasets
 from trl import GRPOConfig, GRPOTrainer
 
 from trl_budget import BudgetGRPOConfig, BudgetGRPOTrainer, CapabilityTracker, KnapsackAllocator
+from trl_budget.checkpoint import TRACKER_STATE_NAME
 from trl_budget.tiny import build_tiny_model
-from trl_budget.trainer import TRACKER_STATE_NAME
+from trl_budget.tracker import prompt_key
 
 
 class RecordingAllocator:
@@ -159,7 +160,7 @@ def test_resumed_run_makes_the_same_allocations(tmp_path, tokenizer):
     train(tmp_path / "resumed", tokenizer, dataset=data, **steps)
     checkpoint = tmp_path / "resumed" / "run" / "checkpoint-3"
     state = json.loads((checkpoint / TRACKER_STATE_NAME).read_text())
-    assert state["prompts"] and state["batch_failure_rates"]
+    assert state["keys"] and state["batch_failure_rates"]
 
     resumed = RecordingAllocator(KnapsackAllocator(2, 8, default_generations=4))
     args = BudgetGRPOConfig(**config_kwargs(tmp_path / "resumed" / "run", **steps))
@@ -188,8 +189,7 @@ def test_failing_reward_function_leaves_the_tracker_untouched(tmp_path, tokenize
     )
     with pytest.raises(RuntimeError, match="reward service down"):
         trainer.train()
-    scored = [scored for scored, _, _ in trainer.tracker.state_dict()["prompts"].values()]
-    assert sum(scored) == 2 * 8  # the two complete steps' rollouts, nothing of the failed third
+    assert sum(trainer.tracker.state_dict()["scored"]) == 2 * 8  # the two complete steps' rollouts, nothing of the failed third
 
 
 def test_shared_tracker_is_used(tmp_path, tokenizer):
@@ -271,9 +271,56 @@ def test_tools_are_refused(tmp_path, tokenizer):
 def test_prompt_id_column(tmp_path, tokenizer):
     data = make_dataset().map(lambda row, index: {"prompt_id": f"q{index}"}, with_indices=True)
     trainer = train(tmp_path, tokenizer, dataset=data, prompt_id_column="prompt_id", max_steps=2)
-    assert all(key.startswith("q") for key in trainer.tracker.state_dict()["prompts"])
-    with pytest.raises(KeyError, match="prompt_id_column='missing'"):
-        train(tmp_path / "missing", tokenizer, prompt_id_column="missing", max_steps=1)
+    assert all(key.startswith("q") for key in trainer.tracker.state_dict()["keys"])
+    with pytest.raises(ValueError, match="prompt_id_column='missing' is not a column"):
+        BudgetGRPOTrainer(model="no-such-org/no-such-model", reward_funcs=parity_reward, train_dataset=data,
+                          args=BudgetGRPOConfig(**config_kwargs(tmp_path, prompt_id_column="missing")))
+
+
+@pytest.mark.parametrize("missing", [None, float("nan")])
+def test_prompts_without_an_id_are_refused(tmp_path, missing):
+    data = make_dataset().map(lambda row, index: {"prompt_id": missing if index == 3 else f"q{index}"},
+                              with_indices=True)
+    with pytest.raises(ValueError, match="prompt_id_column='prompt_id' is (None|nan) in row 3"):
+        BudgetGRPOTrainer(model="no-such-org/no-such-model", reward_funcs=parity_reward, train_dataset=data,
+                          args=BudgetGRPOConfig(**config_kwargs(tmp_path, prompt_id_column="prompt_id")))
+
+
+@pytest.mark.parametrize("returned", [["4", "4"], [True, True]], ids=["strings", "booleans"])
+def test_allocator_returning_non_numbers_gets_a_clear_error(tmp_path, tokenizer, returned):
+    with pytest.raises(RuntimeError, match=r"returned counts of type .* \(it must return integers\)"):
+        BudgetGRPOTrainer(model=build_tiny_model(tokenizer), reward_funcs=parity_reward, train_dataset=make_dataset(),
+                          args=BudgetGRPOConfig(**config_kwargs(tmp_path)), processing_class=tokenizer,
+                          allocator=lambda p, b, f=None: np.array(returned))
+
+
+def test_a_success_signal_that_never_varies_is_reported_once(tmp_path, tokenizer, caplog):
+    args = BudgetGRPOConfig(**config_kwargs(tmp_path, max_steps=25))
+    trainer = BudgetGRPOTrainer(model=build_tiny_model(tokenizer), reward_funcs=always_one, args=args,
+                                train_dataset=make_dataset(), processing_class=tokenizer)
+    with caplog.at_level("WARNING", logger="trl_budget.trainer"):
+        trainer.train()
+    warnings = [r for r in caplog.records if "generation batches was judged solved" in r.getMessage()]
+    assert len(warnings) == 1 and "success_threshold=1.0" in warnings[0].getMessage()
+
+
+def test_images_are_part_of_the_prompt_key(tmp_path, tokenizer):
+    from PIL import Image
+
+    def image(value):
+        return Image.new("RGB", (4, 4), (value, 0, 0))
+
+    chat = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "1+1="}]}]
+    args = BudgetGRPOConfig(**config_kwargs(tmp_path))
+    trainer = BudgetGRPOTrainer(model=build_tiny_model(tokenizer), reward_funcs=parity_reward, args=args,
+                                train_dataset=make_dataset(), processing_class=tokenizer)
+    in_column = [{"prompt": chat, "images": [image(v)]} for v in (1, 1, 2)]  # TRL's image column
+    keys = [trainer._prompt_key(row) for row in in_column]
+    assert keys[0] == keys[1] != keys[2]  # the same pixels in another object: one prompt; other pixels: another
+    assert trainer._prompt_key({"prompt": chat}) not in keys
+    inline = [[{"role": "user", "content": [{"type": "image", "image": image(v)}]}] for v in (1, 1, 2)]
+    keys = [prompt_key(prompt) for prompt in inline]  # images inside the prompt itself
+    assert keys[0] == keys[1] != keys[2]
 
 
 @pytest.mark.parametrize(

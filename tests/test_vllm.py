@@ -94,6 +94,17 @@ def test_server_mode_asks_for_each_prompts_own_count(tmp_path, tokenizer, monkey
     assert all(np.isfinite(entry["loss"]) for entry in trainer.state.log_history if "loss" in entry)
 
 
+@pytest.mark.parametrize("mode", ["server", "colocate"])
+def test_a_vllm_seed_is_refused_before_it_makes_every_rollout_the_same(tmp_path, tokenizer, monkeypatch, mode):
+    import trl.generation.vllm_generation as vllm_generation
+
+    monkeypatch.setattr(vllm_generation, "is_vllm_available", lambda: True)
+    args = BudgetGRPOConfig(**config_kwargs(tmp_path, use_vllm=True, vllm_mode=mode, generation_kwargs={"seed": 7}))
+    with pytest.raises(ValueError, match=r"generation_kwargs\['seed'\]=7 .* same completion"):
+        BudgetGRPOTrainer(model=build_tiny_model(tokenizer), reward_funcs=parity_reward, args=args,
+                          train_dataset=make_dataset(), processing_class=tokenizer)
+
+
 gpu_and_vllm = pytest.mark.skipif(
     not (torch.cuda.is_available() and importlib.util.find_spec("vllm")), reason="needs a CUDA GPU and vLLM"
 )

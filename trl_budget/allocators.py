@@ -84,6 +84,7 @@ def allocate_by_curves(features: np.ndarray, lower: np.ndarray, width: int, gain
     lower = np.asarray(lower, dtype=np.int64)
     if lower.size == 0 or spare <= 0:
         return lower.copy()
+    width = min(width, int(lower.max()) + spare)  # no prompt can rise by more than the spare budget
     keys, curve_of_prompt = _distinct_rows(np.column_stack([lower, features]))
     lo = keys[:, :1]
     levels = np.arange(width, dtype=np.float64)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import warnings
 from dataclasses import dataclass, field, fields
 
 from trl import GRPOConfig
@@ -219,6 +221,25 @@ class BudgetGRPOConfig(GRPOConfig):
             raise ValueError(
                 f"success_reward_func={self.success_reward_func} is not a reward function index; give the index "
                 "(from 0) or the name of one of the trainer's reward_funcs, or None for their weighted sum."
+            )
+        self.warn_if_checkpoints_split_generation_batches()
+
+    def warn_if_checkpoints_split_generation_batches(self) -> None:
+        """A checkpoint between the steps of one generation batch cannot be resumed exactly: say so now."""
+        generate_every = self.steps_per_generation * self.num_iterations  # in micro-steps, as TRL counts them
+        if self.save_strategy != "steps" or self.save_steps < 1 or generate_every <= 1:
+            return
+        if int(self.save_steps) * self.gradient_accumulation_steps % generate_every:
+            whole = generate_every // math.gcd(generate_every, self.gradient_accumulation_steps)
+            warnings.warn(
+                f"save_steps={self.save_steps} puts checkpoints inside generation batches: a batch is generated "
+                f"every {generate_every} micro-steps (steps_per_generation={self.steps_per_generation} x "
+                f"num_iterations={self.num_iterations}) and a checkpoint comes every {int(self.save_steps)} x "
+                f"{self.gradient_accumulation_steps} micro-steps. A run resumed from such a checkpoint generates a "
+                "fresh batch and counts its prompts in the pass rates again, so it no longer matches an "
+                f"uninterrupted run. Use a save_steps that is a multiple of {whole} to resume exactly.",
+                UserWarning,
+                stacklevel=3,
             )
 
     def resolve_release_settings(self) -> None:

@@ -13,26 +13,38 @@ import numpy as np
 __all__ = ["CapabilityTracker", "prompt_key"]
 
 _STATE_VERSION = 2
+MAX_ROLLOUT_POOL = 64  # the latest outcomes of a prompt are kept as the bits of one unsigned 64-bit integer
 
 
 def prompt_key(prompt: Any) -> str:
     """A stable key for a prompt's content: the same on every process, machine and run, whatever the data order.
 
-    Works for plain strings and for conversational prompts (lists of message dicts).
+    Works for plain strings, conversational prompts (lists of message dicts) and prompts holding images: an image
+    (PIL, numpy array or torch tensor) is keyed by its pixels, never by its place in memory.
     """
-    text = json.dumps(prompt, sort_keys=True, ensure_ascii=False, default=str)
+    text = json.dumps(prompt, sort_keys=True, ensure_ascii=False, default=_content_of)
     return hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
 
 
-class _PromptRecord:
-    """One prompt's history: rollouts scored in total, its latest visits, and the outcomes of its latest rollouts."""
+def _content_of(value: Any) -> Any:
+    """JSON stand-in for what `json` cannot encode: a digest of an image's or array's content, else its `str`."""
+    if hasattr(value, "tobytes") and hasattr(value, "mode") and hasattr(value, "size"):  # a PIL image
+        pixels = hashlib.blake2b(value.tobytes(), digest_size=16).hexdigest()
+        return {"image": [value.mode, list(value.size), pixels]}
+    if hasattr(value, "detach") and hasattr(value, "cpu"):  # a torch tensor
+        value = value.detach().cpu().numpy()
+    if isinstance(value, np.ndarray):
+        data = np.ascontiguousarray(value)
+        return {"array": [str(data.dtype), list(data.shape), hashlib.blake2b(data.tobytes(), digest_size=16).hexdigest()]}
+    if isinstance(value, np.generic):
+        return value.item()
+    return str(value)
 
-    __slots__ = ("scored", "recent", "visits")
 
-    def __init__(self, scored: int, recent: int, visits: deque):
-        self.scored = scored  # scored rollouts over every visit, never trimmed (the minimum-rollouts rule needs it)
-        self.recent = recent  # outcomes of the latest rollouts as bits, the newest in bit 0
-        self.visits = visits  # (successes, scored rollouts) of the latest visits, the newest last
+def _count_bits(values: np.ndarray) -> np.ndarray:
+    if hasattr(np, "bitwise_count"):
+        return np.bitwise_count(values).astype(np.int64)
+    return np.unpackbits(values.astype(np.uint64).view(np.uint8)).reshape(-1, 64).sum(axis=1)
 
 
 class CapabilityTracker:
@@ -54,13 +66,16 @@ class CapabilityTracker:
         - CoBA-RL (`budget_allocators.py`, run script `sliding_window_size=1`): `window=1` and
           `failure_rate_window=1`, no pool, any scored rollout counts (the class default of that release is 3 and 3).
 
+    The state is held in columns (one row per prompt: about 0.2 KB of memory per prompt with the defaults), so that
+    millions of prompts fit on every process and save in well under a second.
+
     Args:
         window: how many recent visits of a prompt its pass rate pools (1: the last visit).
         success_threshold: reward at or above which a rollout is a success.
         failure_rate_window: how many recent batches the global failure rate averages over; each batch gives 1 - the
             mean over its prompts of their pass rates in that batch.
         min_rollouts: scored rollouts a prompt needs in total before it has a pass rate.
-        rollout_pool: most recent rollouts the pass rate pools (None or 0: whole visits, `window` of them).
+        rollout_pool: most recent rollouts the pass rate pools, at most 64 (None or 0: whole visits, `window` of them).
     """
 
     def __init__(
@@ -75,8 +90,13 @@ class CapabilityTracker:
                             ("min_rollouts", min_rollouts)):
             if int(value) != value or value < 1:
                 raise ValueError(f"{name} must be a whole number of at least 1, got {value}.")
-        if rollout_pool is not None and (int(rollout_pool) != rollout_pool or rollout_pool < 0):
-            raise ValueError(f"rollout_pool must be None, 0 (off) or a positive number of rollouts, got {rollout_pool}.")
+        if rollout_pool is not None and (
+            int(rollout_pool) != rollout_pool or not 0 <= rollout_pool <= MAX_ROLLOUT_POOL
+        ):
+            raise ValueError(
+                f"rollout_pool must be None, 0 (off) or a number of rollouts up to {MAX_ROLLOUT_POOL}, got "
+                f"{rollout_pool}."
+            )
         if not np.isfinite(success_threshold):
             raise ValueError(f"success_threshold must be a finite number, got {success_threshold}.")
         self.window = int(window)
@@ -84,11 +104,17 @@ class CapabilityTracker:
         self.failure_rate_window = int(failure_rate_window)
         self.min_rollouts = int(min_rollouts)
         self.rollout_pool = int(rollout_pool) if rollout_pool else None
-        self._records: dict[str, _PromptRecord] = {}
+        # With a pool no longer than the window, the window never binds and only the last visit is needed.
+        self._visits_kept = 1 if self.rollout_pool and self.window >= self.rollout_pool else self.window
+        self._row_of: dict[str, int] = {}
+        self._scored = np.zeros(0, dtype=np.int64)  # scored rollouts over every visit (the minimum-rollouts rule)
+        self._recent = np.zeros(0, dtype=np.uint64)  # latest outcomes as bits, the newest in bit 0
+        self._wins = np.zeros((0, self._visits_kept), dtype=np.int32)  # latest visits, the newest in the last column
+        self._trials = np.zeros((0, self._visits_kept), dtype=np.int32)  # 0: no visit
         self._batch_failure_rates: deque[float] = deque(maxlen=self.failure_rate_window)
 
     def __len__(self) -> int:
-        return len(self._records)
+        return len(self._row_of)
 
     def settings(self) -> dict[str, Any]:
         """The settings a saved state must have been made with."""
@@ -96,12 +122,17 @@ class CapabilityTracker:
                 "failure_rate_window": self.failure_rate_window, "min_rollouts": self.min_rollouts,
                 "rollout_pool": self.rollout_pool}
 
-    def update(self, keys: Sequence[Hashable], rewards_per_rollout) -> None:
+    # ------------------------------------------------------------------------------------------------- updating
+
+    def update(self, keys: Sequence[Hashable], rewards_per_rollout) -> float | None:
         """Record one visit per distinct key from the rewards of its rollouts in this batch.
 
         Args:
             keys: the prompt key of each rollout, in the order the rollouts were generated.
             rewards_per_rollout: one reward per rollout, NaN where the rollout could not be scored.
+
+        Returns:
+            This batch's failure rate (1 - the mean of its prompts' pass rates), or None if nothing was scored.
         """
         rewards = np.asarray(rewards_per_rollout, dtype=np.float64)
         if rewards.ndim != 1 or rewards.size != len(keys):
@@ -113,38 +144,69 @@ class CapabilityTracker:
             if reward == reward:  # NaN (unscorable) rewards are skipped
                 outcomes.setdefault(str(key), []).append(reward >= self.success_threshold)
         if not outcomes:
-            return
-        pool_mask = (1 << self.rollout_pool) - 1 if self.rollout_pool else 0
-        for key, visit in outcomes.items():
-            record = self._records.get(key)
-            if record is None:
-                record = self._records[key] = _PromptRecord(0, 0, deque(maxlen=self.window))
-            record.scored += len(visit)
-            record.visits.append((sum(visit), len(visit)))
-            if pool_mask:
-                for success in visit:
-                    record.recent = ((record.recent << 1) | success) & pool_mask
-        batch_pass_rate = sum(sum(visit) / len(visit) for visit in outcomes.values()) / len(outcomes)
-        self._batch_failure_rates.append(1.0 - batch_pass_rate)
+            return None
+        rows = self._rows_for(list(outcomes))
+        wins = np.array([sum(visit) for visit in outcomes.values()], dtype=np.int64)
+        trials = np.array([len(visit) for visit in outcomes.values()], dtype=np.int64)
+        self._scored[rows] += trials
+        self._wins[rows, :-1] = self._wins[rows, 1:]
+        self._trials[rows, :-1] = self._trials[rows, 1:]
+        self._wins[rows, -1] = wins
+        self._trials[rows, -1] = trials
+        if self.rollout_pool:
+            mask = (1 << self.rollout_pool) - 1
+            for row, visit in zip(rows.tolist(), outcomes.values()):
+                bits = int(self._recent[row])
+                for success in visit[-self.rollout_pool :]:
+                    bits = ((bits << 1) | success) & mask
+                self._recent[row] = bits
+        batch_failure_rate = 1.0 - float(np.mean(wins / trials))
+        self._batch_failure_rates.append(batch_failure_rate)
+        return batch_failure_rate
+
+    def _rows_for(self, keys: list[str]) -> np.ndarray:
+        """Rows of `keys`, appending rows (grown geometrically) for keys not seen before."""
+        new = [key for key in keys if key not in self._row_of]
+        start = len(self._row_of)
+        if start + len(new) > self._scored.size:
+            self._grow(max(2 * self._scored.size, start + len(new), 64))
+        for offset, key in enumerate(new):
+            self._row_of[key] = start + offset
+        return np.fromiter((self._row_of[key] for key in keys), dtype=np.int64, count=len(keys))
+
+    def _grow(self, capacity: int) -> None:
+        def grown(column: np.ndarray) -> np.ndarray:
+            bigger = np.zeros((capacity, *column.shape[1:]), dtype=column.dtype)
+            bigger[: column.shape[0]] = column
+            return bigger
+
+        self._scored, self._recent = grown(self._scored), grown(self._recent)
+        self._wins, self._trials = grown(self._wins), grown(self._trials)
+
+    # ------------------------------------------------------------------------------------------------- reading
 
     def pass_rates(self, keys: Sequence[Hashable]) -> np.ndarray:
         """Pass rate of each key from its recent visits; NaN for a key with fewer than `min_rollouts` scored."""
+        rows = np.fromiter((self._row_of.get(str(key), -1) for key in keys), dtype=np.int64, count=len(keys))
         rates = np.full(len(keys), np.nan)
-        for i, key in enumerate(keys):
-            record = self._records.get(str(key))
-            if record is not None and record.scored >= self.min_rollouts:
-                rates[i] = self._pass_rate(record)
+        known = rows >= 0
+        known[known] = self._scored[rows[known]] >= self.min_rollouts
+        rows = rows[known]
+        if rows.size:
+            rates[known] = self._pass_rates_of_rows(rows)
         return rates
 
-    def _pass_rate(self, record: _PromptRecord) -> float:
-        pooled = sum(total for _, total in record.visits)
+    def _pass_rates_of_rows(self, rows: np.ndarray) -> np.ndarray:
+        wins, trials = self._wins[rows].astype(np.int64), self._trials[rows].astype(np.int64)
         if not self.rollout_pool:
-            return sum(wins for wins, _ in record.visits) / pooled
-        last_wins, last_total = record.visits[-1]
-        if last_total >= self.rollout_pool:
-            return last_wins / last_total
-        latest = min(self.rollout_pool, pooled)
-        return (record.recent & ((1 << latest) - 1)).bit_count() / latest
+            return wins.sum(axis=1) / trials.sum(axis=1)
+        last_wins, last_trials = wins[:, -1], trials[:, -1]
+        in_window = self._scored[rows] if self._visits_kept == 1 else trials.sum(axis=1)
+        latest = np.minimum(self.rollout_pool, in_window)
+        masks = ((np.ones(rows.size, dtype=np.uint64) << latest.astype(np.uint64)) - np.uint64(1))
+        masks[latest >= 64] = np.iinfo(np.uint64).max
+        pooled = _count_bits(self._recent[rows] & masks) / latest
+        return np.where(last_trials >= self.rollout_pool, last_wins / last_trials, pooled)
 
     @property
     def failure_rate(self) -> float | None:
@@ -153,29 +215,39 @@ class CapabilityTracker:
             return None
         return float(np.mean(self._batch_failure_rates))
 
+    # ------------------------------------------------------------------------------------------------- state
+
     def state_dict(self) -> dict[str, Any]:
         """Plain JSON-serialisable state (no pickle), for saving with a checkpoint.
 
-        Each prompt is `[scored rollouts, latest outcomes as an integer of bits, [[successes, rollouts], ...]]`.
+        Columns, one entry per prompt in `keys` order: `scored` (rollouts over every visit), `recent` (latest outcomes
+        as an integer of bits, the newest in bit 0), and `wins` / `trials` of the latest visits (oldest first; 0 trials
+        means no visit).
         """
+        size = len(self._row_of)
         return {
             "version": _STATE_VERSION,
             **self.settings(),
-            "prompts": {
-                key: [record.scored, record.recent, [list(visit) for visit in record.visits]]
-                for key, record in self._records.items()
-            },
+            "keys": list(self._row_of),
+            "scored": self._scored[:size].tolist(),
+            "recent": self._recent[:size].tolist(),
+            "wins": self._wins[:size].tolist(),
+            "trials": self._trials[:size].tolist(),
             "batch_failure_rates": list(self._batch_failure_rates),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore a state saved by `state_dict`; the tracker's own settings must match the saved ones."""
-        if state.get("version") != _STATE_VERSION:
+        """Restore a state saved by `state_dict`, after checking every entry of it.
+
+        Raises:
+            ValueError: naming the first setting or entry that this tracker cannot use.
+        """
+        if not isinstance(state, dict) or state.get("version") != _STATE_VERSION:
+            version = state.get("version") if isinstance(state, dict) else None
             raise ValueError(
-                f"unsupported tracker state version {state.get('version')!r}; this trl_budget reads version "
-                f"{_STATE_VERSION}. A state of version 1 lacks the rollout counts and outcomes that the pass-rate "
-                "rules now need: resume it with the trl_budget release that wrote it, or remove the file to start "
-                "with unseen pass rates."
+                f"unsupported tracker state version {version!r}; this trl_budget reads version {_STATE_VERSION}. A "
+                "state of version 1 lacks the rollout counts and outcomes that the pass-rate rules now need: resume "
+                "it with the trl_budget release that wrote it, or remove the file to start with unseen pass rates."
             )
         mine = self.settings()
         theirs = {name: state.get(name) for name in mine}
@@ -184,8 +256,51 @@ class CapabilityTracker:
                 f"the saved tracker state was made with {theirs}, but this tracker uses {mine}; create the tracker "
                 "with the saved settings to restore it."
             )
-        self._records = {
-            key: _PromptRecord(int(scored), int(recent), deque((tuple(v) for v in visits), maxlen=self.window))
-            for key, (scored, recent, visits) in state["prompts"].items()
-        }
-        self._batch_failure_rates = deque(state["batch_failure_rates"], maxlen=self.failure_rate_window)
+        keys, scored, recent, wins, trials, failure_rates = _checked_columns(state, self._visits_kept,
+                                                                              self.rollout_pool)
+        if len(set(keys)) != len(keys):
+            raise ValueError("the saved tracker state lists a prompt key twice; each prompt must appear once.")
+        self._row_of = {key: row for row, key in enumerate(keys)}
+        self._scored, self._recent, self._wins, self._trials = scored, recent, wins, trials
+        self._batch_failure_rates = deque(failure_rates.tolist(), maxlen=self.failure_rate_window)
+
+
+def _checked_columns(state: dict[str, Any], visits_kept: int, rollout_pool: int | None):
+    """The state's columns as arrays, or a `ValueError` that names the first entry breaking a rule."""
+    try:
+        keys = [str(key) for key in state["keys"]]
+        scored = np.asarray(state["scored"], dtype=np.int64)
+        recent_values = state["recent"]
+        wins = np.asarray(state["wins"], dtype=np.int64)
+        trials = np.asarray(state["trials"], dtype=np.int64)
+        failure_rates = np.asarray(state["batch_failure_rates"], dtype=np.float64).reshape(-1)
+    except (KeyError, TypeError, ValueError) as error:
+        raise ValueError(f"the saved tracker state is incomplete or malformed ({type(error).__name__}: {error}).")
+    expected = (len(keys), visits_kept)
+    if scored.shape != expected[:1] or len(recent_values) != len(keys) or not wins.shape == trials.shape == expected:
+        raise ValueError(
+            f"the saved tracker state's columns do not line up: {len(keys)} keys, {scored.size} scored counts, "
+            f"{len(recent_values)} outcome sets, visits of shapes {wins.shape} and {trials.shape} (expected "
+            f"{expected})."
+        )
+    limit = 1 << (rollout_pool or 0)
+    bad_recent = [i for i, value in enumerate(recent_values) if not (isinstance(value, int) and 0 <= value < limit)]
+    checks = [
+        (np.flatnonzero((trials < 0).any(axis=1)), "has a negative number of rollouts in a visit"),
+        (np.flatnonzero((wins < 0).any(axis=1)), "has a negative number of successes in a visit"),
+        (np.flatnonzero((wins > trials).any(axis=1)), "has more successes than rollouts in a visit"),
+        (np.flatnonzero(trials.sum(axis=1) > scored), "has fewer rollouts in total than in its latest visits"),
+        (np.flatnonzero(trials[:, -1] < 1), "has no scored rollout in its latest visit"),
+        (np.asarray(bad_recent, dtype=np.int64), f"has latest outcomes outside the {rollout_pool or 0}-rollout pool"),
+    ]
+    for rows, rule in checks:
+        if rows.size:
+            row = int(rows[0])
+            raise ValueError(
+                f"prompt {keys[row]!r} {rule} (scored {int(scored[row])}, visits "
+                f"{list(zip(wins[row].tolist(), trials[row].tolist()))}, latest outcomes {recent_values[row]!r})."
+            )
+    if not ((failure_rates >= 0) & (failure_rates <= 1)).all():
+        raise ValueError(f"the saved batch failure rates {failure_rates.tolist()} must each lie in [0, 1].")
+    return keys, scored, np.asarray(recent_values, dtype=np.uint64), wins.astype(np.int32), trials.astype(
+        np.int32), failure_rates

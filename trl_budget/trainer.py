@@ -12,9 +12,8 @@ Tested with TRL 1.16.0: the overrides below rely on internals of that release (`
 
 from __future__ import annotations
 
-import json
+import math
 import os
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -23,15 +22,19 @@ from accelerate.utils import broadcast_object_list, gather_object
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from transformers.utils import logging
 from trl import GRPOConfig, GRPOTrainer
-from trl.trainer.utils import get_callable_name, get_config_model_id, nanstd
+from trl.trainer.utils import get_callable_name, get_config_model_id
 
+from .advantages import grouped_advantages
 from .allocators import Allocator, CoBAAllocator, KnapsackAllocator, UniformAllocator
+from .checkpoint import TRACKER_STATE_NAME, load_tracker_state, write_json_atomically
 from .config import BudgetGRPOConfig
+from .rollout_plan import RolloutPlan, balanced_slot_order, checked_allocation
 from .tracker import CapabilityTracker, prompt_key
 
 logger = logging.get_logger(__name__)
 
-TRACKER_STATE_NAME = "budget_tracker_state.json"
+IMAGE_COLUMNS = ("images", "image")  # where TRL reads a prompt's images from
+EXTREME_BATCHES_BEFORE_WARNING = 10
 
 
 def allocator_from_config(args: BudgetGRPOConfig):
@@ -101,101 +104,6 @@ def success_reward_index(choice: int | str | None, reward_funcs) -> int | None:
     )
 
 
-def checked_allocation(allocator, pass_rates: np.ndarray, budget: int, failure_rate, bounds: tuple[int, int]):
-    """Call the allocator and make sure it returned one count per prompt, within bounds, summing to the budget."""
-    counts = np.asarray(allocator(pass_rates, budget, failure_rate))
-    low, high = bounds
-    problem = None
-    if counts.shape != pass_rates.shape:
-        problem = f"{counts.shape[0] if counts.ndim == 1 else counts.shape} counts for {pass_rates.size} prompts"
-    elif not np.issubdtype(counts.dtype, np.integer) and not np.array_equal(counts, np.round(counts)):
-        problem = f"non-integer counts {counts.tolist()}"
-    elif counts.sum() != budget:
-        problem = f"counts summing to {counts.sum()} instead of the budget {budget}"
-    elif counts.min() < low or counts.max() > high:
-        problem = f"counts between {counts.min()} and {counts.max()}, outside [{low}, {high}]"
-    if problem:
-        raise RuntimeError(f"Allocator {allocator!r} returned {problem}: {counts.tolist()}.")
-    return counts.astype(np.int64)
-
-
-def grouped_advantages(
-    rewards_per_func: torch.Tensor,
-    counts: torch.Tensor,
-    reward_weights: torch.Tensor,
-    scale_rewards: str,
-    aggregation: str,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """GRPO advantages over consecutive groups of `counts` rows, as TRL computes them for equal groups.
-
-    Groups are padded with NaN to the largest size, so TRL's NaN-aware reductions give exactly TRL's numbers when all
-    groups have the same size. A group of one row gets advantage 0 (its reward is its own baseline).
-
-    Returns:
-        `(advantages, is_std_zero)`, one value per row.
-    """
-    rows, num_funcs = rewards_per_func.shape
-    group_of_row = torch.repeat_interleave(torch.arange(counts.numel(), device=counts.device), counts)
-    start = torch.cumsum(counts, 0) - counts
-    position = torch.arange(rows, device=counts.device) - start[group_of_row]
-    singleton = (counts == 1)[group_of_row]
-
-    def pad(values: torch.Tensor) -> torch.Tensor:
-        padded = values.new_full((counts.numel(), int(counts.max()), *values.shape[1:]), float("nan"))
-        padded[group_of_row, position] = values
-        return padded
-
-    def group_std(padded: torch.Tensor) -> torch.Tensor:
-        std = nanstd(padded, dim=1, keepdim=True)[group_of_row, 0]
-        return torch.where(singleton.view(-1, *[1] * (std.ndim - 1)), torch.zeros_like(std), std)
-
-    unscorable = torch.isnan(rewards_per_func).all(dim=1)
-    weights = reward_weights.to(rewards_per_func.device).unsqueeze(0)
-    if aggregation == "sum_then_normalize":
-        rewards = (rewards_per_func * weights).nansum(dim=1)
-        rewards[unscorable] = torch.nan
-        padded = pad(rewards)
-        mean = torch.nanmean(padded, dim=1)[group_of_row]
-        if scale_rewards in ("group", "none"):
-            std = group_std(padded)
-        elif scale_rewards == "batch":
-            std = nanstd(rewards).expand_as(rewards) if rows > 1 else torch.zeros_like(rewards)
-        else:
-            raise ValueError(f"Invalid value for scale_rewards: {scale_rewards}. Must be 'batch', 'group' or 'none'.")
-        advantages = rewards - mean
-        if scale_rewards != "none":
-            advantages = advantages / (std + 1e-4)
-    elif aggregation == "normalize_then_sum":
-        padded = pad(rewards_per_func)
-        mean_k = torch.nanmean(padded, dim=1, keepdim=True)[group_of_row, 0]
-        reward_k = (rewards_per_func - mean_k) / (group_std(padded) + 1e-4)
-        rewards = (reward_k * weights).nansum(dim=1)
-        rewards[unscorable] = torch.nan
-        std = nanstd(rewards).expand_as(rewards) if rows > 1 else torch.zeros_like(rewards)
-        advantages = (rewards - torch.nanmean(rewards)) / (std + 1e-4)
-    else:
-        raise ValueError(
-            f"Invalid multi_objective_aggregation: {aggregation}. Must be 'sum_then_normalize' or 'normalize_then_sum'."
-        )
-    is_std_zero = torch.isclose(std, torch.zeros_like(std))
-    return torch.nan_to_num(advantages, nan=0.0), is_std_zero
-
-
-@dataclass
-class RolloutPlan:
-    """One generation batch's allocation, identical on every process."""
-
-    prompts: list[dict[str, Any]]  # one input row per distinct prompt slot, in batch order
-    keys: list[str]
-    pass_rates: np.ndarray
-    failure_rate: float | None
-    counts: np.ndarray
-
-    def rows(self) -> list[dict[str, Any]]:
-        """The batch's rollout slots, prompt by prompt."""
-        return [row for row, count in zip(self.prompts, self.counts) for _ in range(count)]
-
-
 class BudgetGRPOTrainer(GRPOTrainer):
     """`GRPOTrainer` that shares each generation batch's rollouts unevenly among its prompts.
 
@@ -230,9 +138,13 @@ class BudgetGRPOTrainer(GRPOTrainer):
                     f"BudgetGRPOTrainer does not support `{unsupported}` yet: its rollouts are not one completion per "
                     "prompt row, which per-prompt budgets rely on. Use GRPOTrainer for this run."
                 )
+        refuse_seeded_vllm_generation(args)
+        train_dataset = kwargs.get("train_dataset", positional[0] if positional else None)
+        check_prompt_id_column(args.prompt_id_column, train_dataset)
         self.allocator = allocator if allocator is not None else allocator_from_config(args)
         self.tracker = tracker if tracker is not None else tracker_from_config(args)
         self._success_reward_index = success_reward_index(args.success_reward_func, reward_funcs)
+        self._extreme_batches = 0  # consecutive batches whose rollouts were all solved, or all failed
         prompts_per_batch = args.generation_batch_size // args.num_generations
         checked_allocation(  # a broken allocator fails here, before any model is loaded
             self.allocator, np.full(prompts_per_batch, np.nan), args.generation_batch_size, None,
@@ -247,13 +159,22 @@ class BudgetGRPOTrainer(GRPOTrainer):
     def _prompt_identity(self, row: dict[str, Any]) -> Any:
         column = self.args.prompt_id_column
         if column is None:
-            return row["prompt"]
+            images = next((row[name] for name in IMAGE_COLUMNS if row.get(name) is not None), None)
+            # Images in their own column are part of the prompt: the same text with another image is another prompt.
+            return row["prompt"] if images is None else {"prompt": row["prompt"], "images": images}
         if column not in row:
             raise KeyError(
                 f"prompt_id_column={column!r} is not a column of the training dataset (columns: {sorted(row)}). "
                 "Keep the column (set remove_unused_columns=False) or set prompt_id_column=None to hash prompts."
             )
-        return row[column]
+        identity = row[column]
+        if _is_missing(identity):
+            raise ValueError(
+                f"prompt_id_column={column!r} is {identity!r} for the prompt {row.get('prompt')!r}: every prompt needs "
+                "an id of its own, or all such prompts would share one pass rate. Fill in the ids, or set "
+                "prompt_id_column=None to key prompts by their content."
+            )
+        return identity
 
     def _prompt_key(self, row: dict[str, Any]) -> str:
         identity = self._prompt_identity(row)
@@ -262,24 +183,29 @@ class BudgetGRPOTrainer(GRPOTrainer):
     def _plan_rollouts(self, inputs: list[dict[str, Any]]) -> RolloutPlan:
         all_rows = gather_object(inputs)
         group = self.num_generations
-        prompts = all_rows[::group]
-        for index, first in enumerate(prompts):
-            identity = self._prompt_identity(first)
-            if any(self._prompt_identity(row) != identity for row in all_rows[index * group : (index + 1) * group]):
-                raise RuntimeError(
-                    "BudgetGRPOTrainer expects each prompt to arrive num_generations times in a row, as TRL's "
-                    "RepeatSampler lays them out; a custom sampler or data collator broke that layout."
-                )
-        keys = [self._prompt_key(row) for row in prompts]
+        row_keys = [self._prompt_key(row) for row in all_rows]
+        keys = row_keys[::group]
+        if any(row_keys[i] != keys[i // group] for i in range(len(row_keys))):
+            raise RuntimeError(
+                "BudgetGRPOTrainer expects each prompt to arrive num_generations times in a row, as TRL's "
+                "RepeatSampler lays them out; a custom sampler or data collator broke that layout."
+            )
         pass_rates = self.tracker.pass_rates(keys)
         failure_rate = self.tracker.failure_rate
-        counts = None
+        decision = [None, None]  # (counts, error): the outcome travels, so a failure stops every rank at once
         if self.accelerator.is_main_process:
             bounds = (self.args.min_generations, self.args.max_generations)
-            counts = checked_allocation(self.allocator, pass_rates, len(all_rows), failure_rate, bounds)
-        decision = [counts]
+            try:
+                decision[0] = checked_allocation(self.allocator, pass_rates, len(all_rows), failure_rate, bounds)
+            except Exception as error:  # noqa: BLE001 - re-raised below, on every rank
+                decision[1] = f"{type(error).__name__}: {error}"
         broadcast_object_list(decision, from_process=0)  # every rank follows the main process's decision
-        return RolloutPlan(prompts, keys, pass_rates, failure_rate, decision[0])
+        counts, error = decision
+        if error is not None:
+            raise RuntimeError(f"Rollout allocation failed on the main process, so every process stops: {error}")
+        seed = self.args.seed * 1_000_003 + self.state.global_step
+        slot_order = balanced_slot_order(counts, self.accelerator.num_processes, seed)
+        return RolloutPlan(all_rows[::group], keys, pass_rates, failure_rate, counts, slot_order)
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         # Keeps the gathered rewards so that advantages can be recomputed over variable-size groups.
@@ -299,9 +225,12 @@ class BudgetGRPOTrainer(GRPOTrainer):
             return super()._generate_and_score_completions(inputs)
         plan = self.last_rollout_plan = self._plan_rollouts(inputs)
         rank, local = self.accelerator.process_index, len(inputs)
-        output = super()._generate_and_score_completions(plan.rows()[rank * local : (rank + 1) * local])
+        output = super()._generate_and_score_completions(plan.rows_of_process(rank, local))
 
-        rewards_per_func = self._gathered_rewards
+        # Rewards arrive gathered in row order (process by process); groups are contiguous in plan order.
+        slot_order = torch.as_tensor(plan.slot_order, device=self._gathered_rewards.device)
+        rewards_per_func = torch.empty_like(self._gathered_rewards)
+        rewards_per_func[slot_order] = self._gathered_rewards
         device = rewards_per_func.device
         counts = torch.as_tensor(plan.counts, device=device)
         advantages, is_std_zero = grouped_advantages(
@@ -309,20 +238,42 @@ class BudgetGRPOTrainer(GRPOTrainer):
         )
         if self.args.advantage_clip is not None:
             advantages = advantages.clamp(-self.args.advantage_clip, self.args.advantage_clip)
-        output["advantages"] = advantages[rank * local : (rank + 1) * local]
+        advantages_by_row = advantages[slot_order]
+        output["advantages"] = advantages_by_row[rank * local : (rank + 1) * local]
         self._metrics["train"]["frac_reward_zero_std"][-1] = is_std_zero.float().mean().item()
         logged_advantages = self._logs["advantages"]
         for _ in range(min(advantages.numel(), len(logged_advantages))):
             logged_advantages.pop()
-        logged_advantages.extend(advantages.tolist())
+        logged_advantages.extend(advantages_by_row.tolist())
 
         rewards = (rewards_per_func * self.reward_weights.to(device).unsqueeze(0)).nansum(dim=1)
         rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
         column = self._success_reward_index
         success_rewards = rewards if column is None else rewards_per_func[:, column]
-        self.tracker.update(np.repeat(plan.keys, plan.counts), success_rewards.cpu().numpy())
+        batch_failure_rate = self.tracker.update(np.repeat(plan.keys, plan.counts), success_rewards.cpu().numpy())
+        self._warn_if_success_never_varies(batch_failure_rate)
         self._record_budget_metrics(plan, rewards, advantages)
         return output
+
+    def _warn_if_success_never_varies(self, batch_failure_rate: float | None) -> None:
+        """Warn once when every rollout of many batches in a row was judged solved, or every one failed."""
+        if batch_failure_rate not in (0.0, 1.0):
+            self._extreme_batches = 0
+            return
+        self._extreme_batches += 1
+        if self._extreme_batches == EXTREME_BATCHES_BEFORE_WARNING and self.accelerator.is_main_process:
+            judged = "solved" if batch_failure_rate == 0.0 else "failed"
+            judge = (
+                "the weighted sum of the rewards" if self._success_reward_index is None
+                else f"the reward {self.reward_func_names[self._success_reward_index]!r}"
+            )
+            logger.warning(
+                f"Every rollout of the last {EXTREME_BATCHES_BEFORE_WARNING} generation batches was judged {judged}: a "
+                f"rollout is a success when {judge} reaches success_threshold={self.args.success_threshold}. Every "
+                "pass rate is then 0 or 1, and the allocator hands out fixed counts as if nothing were known. If the "
+                "rewards do vary, set success_threshold to the reward that means 'solved' (and success_reward_func "
+                "to the correctness reward)."
+            )
 
     # -------------------------------------------------------------------------------------------------- metrics
 
@@ -378,13 +329,14 @@ class BudgetGRPOTrainer(GRPOTrainer):
     # ---------------------------------------------------------------------------------------------- checkpoints
 
     def _save_checkpoint(self, model, trial):
-        # Adds the tracker's state to TRL's checkpoint, so that a resumed run allocates as an uninterrupted one.
-        super()._save_checkpoint(model, trial)
+        # The tracker's file goes into the checkpoint folder first, written atomically, so that TRL never pushes the
+        # checkpoint or rotates older ones away while this checkpoint lacks it.
         if self.args.should_save:
             folder = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
             checkpoint = os.path.join(self._get_output_dir(trial=trial), folder)
-            with open(os.path.join(checkpoint, TRACKER_STATE_NAME), "w") as f:
-                json.dump(self.tracker.state_dict(), f)
+            os.makedirs(checkpoint, exist_ok=True)
+            write_json_atomically(os.path.join(checkpoint, TRACKER_STATE_NAME), self.tracker.state_dict())
+        super()._save_checkpoint(model, trial)
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         # Restores the tracker with the optimizer, the hook TRL itself uses for its own controller state on resume.
@@ -393,9 +345,46 @@ class BudgetGRPOTrainer(GRPOTrainer):
             return
         path = os.path.join(checkpoint, TRACKER_STATE_NAME)
         if os.path.exists(path):
-            with open(path) as f:
-                self.tracker.load_state_dict(json.load(f))
+            load_tracker_state(self.tracker, path)
         else:
             logger.warning(
-                f"{path} not found: the checkpoint was not written by BudgetGRPOTrainer, so pass rates start unseen."
+                f"{path} is missing: the checkpoint was written by GRPOTrainer or by an older trl_budget, or its save "
+                "was interrupted. The run resumes with every prompt unseen, so allocation starts over from the "
+                "default counts and learns the pass rates again as prompts come back."
             )
+
+
+def refuse_seeded_vllm_generation(args: BudgetGRPOConfig) -> None:
+    """A vLLM `seed` would make every rollout of a prompt the same: each slot is its own request with n=1."""
+    seed = (args.generation_kwargs or {}).get("seed")
+    if args.use_vllm and seed is not None:
+        raise ValueError(
+            f"generation_kwargs['seed']={seed!r} with use_vllm=True would give every rollout of a prompt the same "
+            "completion: BudgetGRPOTrainer sends each rollout slot to vLLM as its own prompt with n=1, and vLLM seeds "
+            "each such prompt alike, so every group would have zero advantage. Remove 'seed' from "
+            "generation_kwargs; `seed` in the config still fixes the data order and initialisation."
+        )
+
+
+def check_prompt_id_column(column: str | None, dataset) -> None:
+    """Fail at construction when `prompt_id_column` is not a dataset column or leaves a prompt without an id."""
+    names = getattr(dataset, "column_names", None)
+    if column is None or names is None:
+        return
+    if column not in names:
+        raise ValueError(
+            f"prompt_id_column={column!r} is not a column of the training dataset (columns: {sorted(names)}). Name "
+            "one of them, or set prompt_id_column=None to key prompts by their content."
+        )
+    if hasattr(dataset, "__len__"):  # a map-style dataset can be checked whole; a streamed one is checked per batch
+        missing = next((i for i, value in enumerate(dataset[column]) if _is_missing(value)), None)
+        if missing is not None:
+            raise ValueError(
+                f"prompt_id_column={column!r} is {dataset[missing][column]!r} in row {missing} of the training "
+                "dataset: every prompt needs an id of its own, or all such prompts would share one pass rate. Fill "
+                "in the ids, or set prompt_id_column=None to key prompts by their content."
+            )
+
+
+def _is_missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))

@@ -1,0 +1,117 @@
+"""The tracker's file in checkpoints: written before the checkpoint is published or rotated, atomically, and checked
+when read back."""
+
+import json
+import logging
+import warnings
+
+import pytest
+import transformers.trainer
+from conftest import config_kwargs, make_dataset, parity_reward
+
+from trl_budget import BudgetGRPOConfig, BudgetGRPOTrainer, CapabilityTracker
+from trl_budget.checkpoint import TRACKER_STATE_NAME, load_tracker_state, write_json_atomically
+from trl_budget.tiny import build_tiny_model
+
+
+def trainer_for(tmp_path, tokenizer, **overrides):
+    args = BudgetGRPOConfig(**config_kwargs(tmp_path / "run", **overrides))
+    return BudgetGRPOTrainer(model=build_tiny_model(tokenizer), reward_funcs=parity_reward, args=args,
+                             train_dataset=make_dataset(), processing_class=tokenizer)
+
+
+def test_tracker_file_is_in_place_before_rotation_and_push(tmp_path, tokenizer, monkeypatch):
+    trainer = trainer_for(tmp_path, tokenizer, max_steps=4, save_strategy="steps", save_steps=2, save_total_limit=1)
+    seen = []
+    rotate = transformers.trainer.rotate_checkpoints
+
+    def checking_rotation(output_dir, **kwargs):
+        newest = max((tmp_path / "run").glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
+        seen.append((newest.name, (newest / TRACKER_STATE_NAME).exists()))
+        return rotate(output_dir=output_dir, **kwargs)
+
+    monkeypatch.setattr(transformers.trainer, "rotate_checkpoints", checking_rotation)
+    monkeypatch.setattr(type(trainer), "_push_from_checkpoint",
+                        lambda self, folder: seen.append(("push", (tmp_path / folder / TRACKER_STATE_NAME).exists())))
+    trainer.args.push_to_hub = True
+    trainer.train()
+    assert ("checkpoint-2", True) in seen and ("checkpoint-4", True) in seen
+    assert all(present for _, present in seen)
+    assert [p.name for p in (tmp_path / "run").glob("checkpoint-*")] == ["checkpoint-4"]
+
+
+def test_an_interrupted_write_leaves_the_previous_file_whole(tmp_path):
+    path = tmp_path / TRACKER_STATE_NAME
+    write_json_atomically(path, {"complete": [1, 2, 3]})
+    with pytest.raises(TypeError):
+        write_json_atomically(path, {"complete": [1, 2], "breaks": object()})  # json fails half-way through
+    assert json.loads(path.read_text()) == {"complete": [1, 2, 3]}
+    assert [p.name for p in tmp_path.iterdir()] == [TRACKER_STATE_NAME]  # no temporary file left behind
+
+
+def saved_state():
+    tracker = CapabilityTracker(window=2)
+    tracker.update(["a", "a", "b", "b"], [1, 0, 1, 1])
+    tracker.update(["a", "a"], [1, 1])
+    return tracker.state_dict()
+
+
+@pytest.mark.parametrize(
+    "corrupt, message",
+    [
+        (lambda s: s["wins"][0].__setitem__(1, 5), r"prompt 'a' has more successes than rollouts"),
+        (lambda s: (s["wins"][1].__setitem__(1, 0), s["trials"][1].__setitem__(1, 0)),
+         r"prompt 'b' has no scored rollout in its latest visit"),
+        (lambda s: s["trials"][0].__setitem__(0, -2), r"prompt 'a' has a negative number of rollouts"),
+        (lambda s: s["scored"].__setitem__(0, 1), r"prompt 'a' has fewer rollouts in total"),
+        (lambda s: s["batch_failure_rates"].__setitem__(0, 2.25), r"failure rates \[2.25\] must each lie"),
+        (lambda s: s["keys"].append("c"), "do not line up"),
+        (lambda s: s.pop("scored"), "incomplete or malformed"),
+    ],
+)
+def test_a_poisoned_state_is_refused_naming_the_file_and_the_entry(tmp_path, corrupt, message):
+    state = saved_state()
+    corrupt(state)
+    path = tmp_path / TRACKER_STATE_NAME
+    path.write_text(json.dumps(state))
+    with pytest.raises(ValueError, match=message) as error:
+        load_tracker_state(CapabilityTracker(window=2), path)
+    assert str(path) in str(error.value) and "delete it to resume with every prompt unseen" in str(error.value)
+
+
+def test_a_truncated_file_is_refused_naming_it(tmp_path):
+    path = tmp_path / TRACKER_STATE_NAME
+    path.write_text(json.dumps(saved_state())[:40])
+    with pytest.raises(ValueError, match=f"{path} is not valid JSON .* cut short or edited"):
+        load_tracker_state(CapabilityTracker(window=2), path)
+
+
+def test_resume_refuses_a_poisoned_checkpoint_before_training(tmp_path, tokenizer):
+    trainer_for(tmp_path, tokenizer, max_steps=2, save_strategy="steps", save_steps=2).train()
+    path = tmp_path / "run" / "checkpoint-2" / TRACKER_STATE_NAME
+    state = json.loads(path.read_text())
+    state["wins"][0][-1] = state["trials"][0][-1] + 3
+    path.write_text(json.dumps(state))
+    resumed = trainer_for(tmp_path, tokenizer, max_steps=4, save_strategy="steps", save_steps=2)
+    with pytest.raises(ValueError, match="more successes than rollouts"):
+        resumed.train(resume_from_checkpoint=str(path.parent))
+    assert resumed.state.global_step == 2  # nothing was trained past the checkpoint
+
+
+def test_a_missing_file_says_what_the_resumed_run_will_do(tmp_path, tokenizer, caplog):
+    trainer_for(tmp_path, tokenizer, max_steps=2, save_strategy="steps", save_steps=2).train()
+    checkpoint = tmp_path / "run" / "checkpoint-2"
+    (checkpoint / TRACKER_STATE_NAME).unlink()
+    with caplog.at_level(logging.WARNING, logger="trl_budget.trainer"):
+        trainer_for(tmp_path, tokenizer, max_steps=3).train(resume_from_checkpoint=str(checkpoint))
+    assert "resumes with every prompt unseen" in caplog.text
+
+
+def test_checkpoints_inside_a_generation_batch_are_flagged_at_configuration(tmp_path):
+    with pytest.warns(UserWarning, match="save_steps=3 puts checkpoints inside generation batches.*multiple of 2"):
+        BudgetGRPOConfig(**config_kwargs(tmp_path, steps_per_generation=2, save_strategy="steps", save_steps=3))
+    with pytest.warns(UserWarning, match="multiple of 2"):
+        BudgetGRPOConfig(**config_kwargs(tmp_path, num_iterations=2, save_strategy="steps", save_steps=5))
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*inside generation batches")
+        BudgetGRPOConfig(**config_kwargs(tmp_path, steps_per_generation=2, save_strategy="steps", save_steps=4))

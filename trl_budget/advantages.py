@@ -1,0 +1,70 @@
+"""GRPO advantages over groups of different sizes, computed as TRL computes them for equal groups."""
+
+from __future__ import annotations
+
+import torch
+from trl.trainer.utils import nanstd
+
+__all__ = ["grouped_advantages"]
+
+
+def grouped_advantages(
+    rewards_per_func: torch.Tensor,
+    counts: torch.Tensor,
+    reward_weights: torch.Tensor,
+    scale_rewards: str,
+    aggregation: str,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """GRPO advantages over consecutive groups of `counts` rows, as TRL computes them for equal groups.
+
+    Groups are padded with NaN to the largest size, so TRL's NaN-aware reductions give exactly TRL's numbers when all
+    groups have the same size. A group of one row gets advantage 0 (its reward is its own baseline).
+
+    Returns:
+        `(advantages, is_std_zero)`, one value per row.
+    """
+    rows, num_funcs = rewards_per_func.shape
+    group_of_row = torch.repeat_interleave(torch.arange(counts.numel(), device=counts.device), counts)
+    start = torch.cumsum(counts, 0) - counts
+    position = torch.arange(rows, device=counts.device) - start[group_of_row]
+    singleton = (counts == 1)[group_of_row]
+
+    def pad(values: torch.Tensor) -> torch.Tensor:
+        padded = values.new_full((counts.numel(), int(counts.max()), *values.shape[1:]), float("nan"))
+        padded[group_of_row, position] = values
+        return padded
+
+    def group_std(padded: torch.Tensor) -> torch.Tensor:
+        std = nanstd(padded, dim=1, keepdim=True)[group_of_row, 0]
+        return torch.where(singleton.view(-1, *[1] * (std.ndim - 1)), torch.zeros_like(std), std)
+
+    unscorable = torch.isnan(rewards_per_func).all(dim=1)
+    weights = reward_weights.to(rewards_per_func.device).unsqueeze(0)
+    if aggregation == "sum_then_normalize":
+        rewards = (rewards_per_func * weights).nansum(dim=1)
+        rewards[unscorable] = torch.nan
+        padded = pad(rewards)
+        mean = torch.nanmean(padded, dim=1)[group_of_row]
+        if scale_rewards in ("group", "none"):
+            std = group_std(padded)
+        elif scale_rewards == "batch":
+            std = nanstd(rewards).expand_as(rewards) if rows > 1 else torch.zeros_like(rewards)
+        else:
+            raise ValueError(f"Invalid value for scale_rewards: {scale_rewards}. Must be 'batch', 'group' or 'none'.")
+        advantages = rewards - mean
+        if scale_rewards != "none":
+            advantages = advantages / (std + 1e-4)
+    elif aggregation == "normalize_then_sum":
+        padded = pad(rewards_per_func)
+        mean_k = torch.nanmean(padded, dim=1, keepdim=True)[group_of_row, 0]
+        reward_k = (rewards_per_func - mean_k) / (group_std(padded) + 1e-4)
+        rewards = (reward_k * weights).nansum(dim=1)
+        rewards[unscorable] = torch.nan
+        std = nanstd(rewards).expand_as(rewards) if rows > 1 else torch.zeros_like(rewards)
+        advantages = (rewards - torch.nanmean(rewards)) / (std + 1e-4)
+    else:
+        raise ValueError(
+            f"Invalid multi_objective_aggregation: {aggregation}. Must be 'sum_then_normalize' or 'normalize_then_sum'."
+        )
+    is_std_zero = torch.isclose(std, torch.zeros_like(std))
+    return torch.nan_to_num(advantages, nan=0.0), is_std_zero

@@ -1,0 +1,71 @@
+"""The tracker's file in a checkpoint: written atomically, read back with errors that name the file and the remedy."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from .tracker import CapabilityTracker
+
+__all__ = ["TRACKER_STATE_NAME", "load_tracker_state", "write_json_atomically"]
+
+TRACKER_STATE_NAME = "budget_tracker_state.json"
+
+_REMEDY = (
+    "Resume from an earlier checkpoint, restore the file from a copy, or delete it to resume with every prompt unseen "
+    "(the first visits are then allocated as at the start of a run)."
+)
+
+
+def write_json_atomically(path: str | os.PathLike, data: Any) -> None:
+    """Write `data` as JSON so that `path` holds either its previous content or the complete new one, never a part.
+
+    The JSON goes to a temporary file beside `path`, is flushed to disk, and is renamed over `path`.
+    """
+    path = os.fspath(path)
+    temporary = f"{path}.tmp-{os.getpid()}"
+    try:
+        with open(temporary, "w") as f:
+            json.dump(data, f, separators=(",", ":"))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temporary, path)
+    finally:
+        if os.path.exists(temporary):
+            os.remove(temporary)
+    _sync_folder(os.path.dirname(path) or ".")
+
+
+def _sync_folder(folder: str) -> None:
+    """Make the rename durable where the platform allows it (POSIX); elsewhere the rename alone is what we have."""
+    try:
+        descriptor = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(descriptor)
+    except OSError:
+        pass
+    finally:
+        os.close(descriptor)
+
+
+def load_tracker_state(tracker: CapabilityTracker, path: str | os.PathLike) -> None:
+    """Restore `tracker` from the JSON file at `path`.
+
+    Raises:
+        ValueError: the file is not valid JSON, or its state breaks a rule; the message names the file, what is wrong
+            and what to do.
+    """
+    try:
+        with open(path) as f:
+            state = json.load(f)
+    except json.JSONDecodeError as error:
+        raise ValueError(
+            f"{os.fspath(path)} is not valid JSON ({error}): it was cut short or edited. {_REMEDY}"
+        ) from error
+    try:
+        tracker.load_state_dict(state)
+    except ValueError as error:
+        raise ValueError(f"{os.fspath(path)} cannot be restored: {error} {_REMEDY}") from error

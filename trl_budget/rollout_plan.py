@@ -1,0 +1,68 @@
+"""One generation batch's allocation: how many rollout slots each prompt gets, and which process generates which."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = ["RolloutPlan", "balanced_slot_order", "checked_allocation"]
+
+
+def checked_allocation(allocator, pass_rates: np.ndarray, budget: int, failure_rate, bounds: tuple[int, int]):
+    """Call the allocator and make sure it returned one count per prompt, within bounds, summing to the budget."""
+    counts = np.asarray(allocator(pass_rates, budget, failure_rate))
+    low, high = bounds
+    problem = None
+    if counts.dtype == bool or not np.issubdtype(counts.dtype, np.number):
+        problem = f"counts of type {counts.dtype} (it must return integers)"
+    elif counts.shape != pass_rates.shape:
+        problem = f"{counts.shape[0] if counts.ndim == 1 else counts.shape} counts for {pass_rates.size} prompts"
+    elif not np.issubdtype(counts.dtype, np.integer) and not np.array_equal(counts, np.round(counts)):
+        problem = f"non-integer counts {counts.tolist()}"
+    elif counts.sum() != budget:
+        problem = f"counts summing to {counts.sum()} instead of the budget {budget}"
+    elif counts.min() < low or counts.max() > high:
+        problem = f"counts between {counts.min()} and {counts.max()}, outside [{low}, {high}]"
+    if problem:
+        raise RuntimeError(f"Allocator {allocator!r} returned {problem}: {counts.tolist()}.")
+    return counts.astype(np.int64)
+
+
+def balanced_slot_order(counts: np.ndarray, processes: int, seed: int) -> np.ndarray:
+    """Which plan slot each row of the batch generates, rows taken process by process.
+
+    Plan slots are laid prompt by prompt. One process keeps that order. With several, the prompts are shuffled (by
+    `seed`, the same on every process) and their slots dealt to the processes in turn, so that every prompt's slots
+    spread over all processes: a prompt with many long rollouts no longer lands on one process while the others wait.
+    """
+    total = int(np.sum(counts))
+    if processes == 1:
+        return np.arange(total)
+    starts = np.cumsum(counts) - counts
+    shuffled = np.random.default_rng(seed).permutation(len(counts))
+    slots = np.concatenate([np.arange(starts[i], starts[i] + counts[i]) for i in shuffled])
+    return np.concatenate([slots[rank::processes] for rank in range(processes)])
+
+
+@dataclass
+class RolloutPlan:
+    """One generation batch's allocation, identical on every process."""
+
+    prompts: list[dict[str, Any]]  # one input row per distinct prompt slot, in batch order
+    keys: list[str]
+    pass_rates: np.ndarray
+    failure_rate: float | None
+    counts: np.ndarray
+    slot_order: np.ndarray  # slot_order[row]: the plan slot that row `row` of the batch (process by process) generates
+
+    def rows(self) -> list[dict[str, Any]]:
+        """The batch's rollout slots, prompt by prompt."""
+        return [row for row, count in zip(self.prompts, self.counts) for _ in range(count)]
+
+    def rows_of_process(self, process: int, rows_per_process: int) -> list[dict[str, Any]]:
+        """The slots that one process generates."""
+        slots = self.rows()
+        mine = self.slot_order[process * rows_per_process : (process + 1) * rows_per_process]
+        return [slots[slot] for slot in mine]
