@@ -12,16 +12,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from reference_allocators import dynamic_program, heap_greedy  # noqa: E402
+from reference_allocators import dynamic_program, heap_greedy  # the script's own folder is on the path
 
-from trl_budget import CoBAAllocator, KnapsackAllocator  # noqa: E402
+from trl_budget import CoBAAllocator, KnapsackAllocator
 
 
 def best_time(fn, repeats: int):

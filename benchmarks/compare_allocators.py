@@ -17,15 +17,9 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from trl_budget.demo import (
-    RLSettings,
-    WarmStartSettings,
-    format_table,
-    plot_report,
-    run_rl,
-    summarize,
-    warm_start,
-)
+from trl_budget.demo.report import format_table, plot_report, summarize
+from trl_budget.demo.run import run_rl, warm_start
+from trl_budget.demo.settings import RLSettings, WarmStartSettings
 
 # Label -> BudgetGRPOConfig settings. "knapsack-no-fallback" is an ablation: the published fallback sends the
 # budget that mixed prompts do not need to never-solved prompts; without it, the optimisation spends it all.

@@ -25,7 +25,7 @@ def run(kind: str, model_dir: Path, output_dir: Path, use_vllm: bool) -> dict:
     from trl import GRPOConfig, GRPOTrainer
 
     from trl_budget import BudgetGRPOConfig, BudgetGRPOTrainer
-    from trl_budget.task import exact_match_reward, make_problems
+    from trl_budget.demo.task import exact_match_reward, make_problems
 
     common = dict(
         output_dir=str(output_dir), per_device_train_batch_size=128, num_generations=8, max_completion_length=8,
@@ -60,7 +60,8 @@ def main(argv=None):
     if not torch.cuda.is_available():
         print("No CUDA GPU here: nothing to check.")
         return {}
-    from trl_budget.demo import WarmStartSettings, warm_start
+    from trl_budget.demo.run import warm_start
+    from trl_budget.demo.settings import WarmStartSettings
 
     result = {"device": torch.cuda.get_device_name(0)}
     with tempfile.TemporaryDirectory() as tmp:

@@ -25,7 +25,7 @@ from transformers.utils import logging as hf_logging
 from trl import GRPOConfig, GRPOTrainer
 
 from trl_budget import BudgetGRPOConfig, BudgetGRPOTrainer
-from trl_budget.tiny import build_char_tokenizer, build_tiny_model
+from trl_budget.demo.tiny import build_char_tokenizer, build_tiny_model
 
 ALPHABET = "0123456789+-*= "
 

@@ -10,11 +10,10 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from conftest import ALPHABET, config_kwargs, make_dataset, parity_reward  # noqa: E402
+from helpers import ALPHABET, make_trainer  # the script's own folder is on the path
 
-from trl_budget import BudgetGRPOConfig, BudgetGRPOTrainer, KnapsackAllocator  # noqa: E402
-from trl_budget.tiny import build_char_tokenizer, build_tiny_model  # noqa: E402
+from trl_budget import BudgetGRPOTrainer, KnapsackAllocator
+from trl_budget.demo.tiny import build_char_tokenizer
 
 
 class RecordingTrainer(BudgetGRPOTrainer):
@@ -55,13 +54,10 @@ class FailingAllocator:
 def main(output_dir: str, allocator: str):
     tokenizer = build_char_tokenizer(ALPHABET)
     failing = allocator == "failing-allocator"
-    args = BudgetGRPOConfig(
-        **config_kwargs(output_dir, per_device_train_batch_size=4, max_steps=9,
-                        budget_allocator="knapsack" if failing else allocator, save_strategy="steps", save_steps=9)
-    )
-    trainer = RecordingTrainer(
-        model=build_tiny_model(tokenizer), reward_funcs=parity_reward, args=args, train_dataset=make_dataset(),
-        processing_class=tokenizer, allocator=FailingAllocator() if failing else None,
+    trainer = make_trainer(
+        output_dir, tokenizer, trainer_class=RecordingTrainer, per_device_train_batch_size=4, max_steps=9,
+        budget_allocator="knapsack" if failing else allocator, save_strategy="steps", save_steps=9,
+        allocator=FailingAllocator() if failing else None,
     )
     rank = trainer.accelerator.process_index
     if failing:

@@ -6,7 +6,7 @@ import pytest
 from trl_budget import CoBAAllocator, KnapsackAllocator, UniformAllocator
 from trl_budget.allocators import spread_evenly
 
-from benchmarks.reference_allocators import release_knapsack_counts
+from reference_allocators import release_knapsack_counts
 
 ALLOCATORS = [
     UniformAllocator(2, 16),

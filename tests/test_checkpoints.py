@@ -7,17 +7,14 @@ import warnings
 
 import pytest
 import transformers.trainer
-from conftest import config_kwargs, make_dataset, parity_reward
+from helpers import config_kwargs, make_trainer
 
-from trl_budget import BudgetGRPOConfig, BudgetGRPOTrainer, CapabilityTracker
+from trl_budget import BudgetGRPOConfig, CapabilityTracker
 from trl_budget.checkpoint import TRACKER_STATE_NAME, load_tracker_state, write_json_atomically
-from trl_budget.tiny import build_tiny_model
 
 
 def trainer_for(tmp_path, tokenizer, **overrides):
-    args = BudgetGRPOConfig(**config_kwargs(tmp_path / "run", **overrides))
-    return BudgetGRPOTrainer(model=build_tiny_model(tokenizer), reward_funcs=parity_reward, args=args,
-                             train_dataset=make_dataset(), processing_class=tokenizer)
+    return make_trainer(tmp_path / "run", tokenizer, **overrides)
 
 
 def test_tracker_file_is_in_place_before_rotation_and_push(tmp_path, tokenizer, monkeypatch):

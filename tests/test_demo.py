@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from trl_budget.cli import main
-from trl_budget.task import LEVELS, exact_match_reward, make_problems, split_problems
+from trl_budget.demo.task import LEVELS, exact_match_reward, make_problems, split_problems
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
@@ -81,7 +81,6 @@ def test_module_entry_point_help():
 
 
 def test_allocator_benchmark_quick(tmp_path):
-    sys.path.insert(0, str(ROOT / "benchmarks"))
     import compare_allocators
 
     result = compare_allocators.main(["--quick", "--steps", "4", "--output-dir", str(tmp_path),
@@ -96,7 +95,6 @@ def test_allocator_benchmark_quick(tmp_path):
 
 
 def test_allocator_speed_benchmark_quick(tmp_path):
-    sys.path.insert(0, str(ROOT / "benchmarks"))
     import allocator_speed
 
     rows = allocator_speed.main(["--quick", "--output", str(tmp_path / "speed.json")])

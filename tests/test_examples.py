@@ -9,15 +9,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from trl_budget.tiny import build_char_tokenizer, build_tiny_model
+from trl_budget.demo.tiny import build_char_tokenizer, build_tiny_model
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "examples" / "budget_grpo.py"
 CONFIGS = sorted((ROOT / "accelerate_configs").glob("*.yaml"))
 pytestmark = pytest.mark.slow
 
-sys.path.insert(0, str(ROOT / "examples"))
-import budget_grpo  # noqa: E402
+import budget_grpo
 
 CHAT_TEMPLATE = (
     "{% for message in messages %}{{ message['role'] }}: {{ message['content'] }}\n{% endfor %}"

@@ -4,10 +4,7 @@ import json
 import struct
 
 import pytest
-from conftest import config_kwargs, make_dataset, parity_reward
-
-from trl_budget import BudgetGRPOConfig, BudgetGRPOTrainer
-from trl_budget.tiny import build_tiny_model
+from helpers import make_trainer
 
 STEPS = 6
 
@@ -61,12 +58,8 @@ def logged_run(tmp_path, tokenizer, monkeypatch):
     import wandb
 
     # pass_rate_min_rollouts=1: prompts are trusted after one visit, so that budgets vary within these few steps.
-    args = BudgetGRPOConfig(**config_kwargs(tmp_path / "out", max_steps=STEPS, report_to=["wandb", "tensorboard"],
-                                            pass_rate_min_rollouts=1))
-    trainer = BudgetGRPOTrainer(
-        model=build_tiny_model(tokenizer), reward_funcs=parity_reward, args=args, train_dataset=make_dataset(),
-        processing_class=tokenizer,
-    )
+    trainer = make_trainer(tmp_path / "out", tokenizer, max_steps=STEPS, report_to=["wandb", "tensorboard"],
+                           pass_rate_min_rollouts=1)
     trainer.train()
     wandb.finish()
     return tmp_path, trainer

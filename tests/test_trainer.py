@@ -3,13 +3,21 @@ import json
 import numpy as np
 import pytest
 import torch
-from conftest import config_kwargs, make_dataset, parity_reward
+from helpers import (
+    always_one,
+    assert_parameters_changed,
+    config_kwargs,
+    make_dataset,
+    make_trainer,
+    parameters_of,
+    parity_reward,
+)
 from datasets import concatenate_datasets
 from trl import GRPOConfig, GRPOTrainer
 
 from trl_budget import BudgetGRPOConfig, BudgetGRPOTrainer, CapabilityTracker, KnapsackAllocator
 from trl_budget.checkpoint import TRACKER_STATE_NAME
-from trl_budget.tiny import build_tiny_model
+from trl_budget.demo.tiny import build_tiny_model
 from trl_budget.tracker import prompt_key
 
 
@@ -27,16 +35,8 @@ class RecordingAllocator:
         return counts
 
 
-def train(tmp_path, tokenizer, allocator=None, dataset=None, model=None, **overrides):
-    args = BudgetGRPOConfig(**config_kwargs(tmp_path / "run", **overrides))
-    trainer = BudgetGRPOTrainer(
-        model=model if model is not None else build_tiny_model(tokenizer),
-        reward_funcs=parity_reward,
-        args=args,
-        train_dataset=dataset if dataset is not None else make_dataset(),
-        processing_class=tokenizer,
-        allocator=allocator,
-    )
+def train(tmp_path, tokenizer, **options):
+    trainer = make_trainer(tmp_path / "run", tokenizer, **options)
     trainer.train()
     return trainer
 
@@ -44,7 +44,10 @@ def train(tmp_path, tokenizer, allocator=None, dataset=None, model=None, **overr
 @pytest.mark.parametrize("name", ["knapsack", "coba", "uniform"])
 def test_train_with_each_allocator(tmp_path, tokenizer, name):
     # 9 steps of 4 prompts x 4: prompts return often enough for Knapsack RL's rule (8 scored rollouts) to trust them.
-    trainer = train(tmp_path, tokenizer, budget_allocator=name, max_steps=9, per_device_train_batch_size=16)
+    trainer = make_trainer(tmp_path, tokenizer, budget_allocator=name, max_steps=9, per_device_train_batch_size=16)
+    before = parameters_of(trainer)
+    trainer.train()
+    assert_parameters_changed(before, trainer)
     logs = [entry for entry in trainer.state.log_history if "budget/rollouts_mean" in entry]
     assert len(logs) == 9
     for entry in logs:
@@ -93,10 +96,8 @@ def test_plain_grpo_config_is_accepted(tmp_path, tokenizer):
     kwargs = config_kwargs(tmp_path / "plain", max_steps=2)
     for key in ("min_generations", "max_generations"):
         kwargs.pop(key)
-    trainer = BudgetGRPOTrainer(
-        model=build_tiny_model(tokenizer), reward_funcs=parity_reward, args=GRPOConfig(**kwargs),
-        train_dataset=make_dataset(), processing_class=tokenizer,
-    )
+    trainer = BudgetGRPOTrainer(model=build_tiny_model(tokenizer), reward_funcs=parity_reward,
+                                args=GRPOConfig(**kwargs), train_dataset=make_dataset(), processing_class=tokenizer)
     assert isinstance(trainer.args, BudgetGRPOConfig) and trainer.args.budget_allocator == "knapsack"
     trainer.train()
 
@@ -117,20 +118,20 @@ def test_plain_grpo_config_is_accepted(tmp_path, tokenizer):
 def test_training_options_keep_working(tmp_path, tokenizer, overrides):
     # Saved to disk so that a KL reference model (beta > 0) can be loaded from the same path.
     build_tiny_model(tokenizer).save_pretrained(tmp_path / "model")
-    trainer = train(tmp_path, tokenizer, model=str(tmp_path / "model"), max_steps=4, **overrides)
+    trainer = make_trainer(tmp_path, tokenizer, model=str(tmp_path / "model"), max_steps=4, **overrides)
+    before = parameters_of(trainer)
+    trainer.train()
     losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
     assert len(losses) == 4 and all(np.isfinite(losses))
+    assert_parameters_changed(before, trainer)
 
 
 def test_peft_lora(tmp_path, tokenizer):
     from peft import LoraConfig
 
     # Every scored prompt trusted at once, so that budgets vary within these few steps.
-    args = BudgetGRPOConfig(**config_kwargs(tmp_path / "lora", max_steps=6, learning_rate=1e-2,
-                                            pass_rate_min_rollouts=1))
-    trainer = BudgetGRPOTrainer(
-        model=build_tiny_model(tokenizer), reward_funcs=parity_reward, args=args, train_dataset=make_dataset(),
-        processing_class=tokenizer,
+    trainer = make_trainer(
+        tmp_path / "lora", tokenizer, max_steps=6, learning_rate=1e-2, pass_rate_min_rollouts=1,
         peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"),
     )
     trainer.train()
@@ -139,12 +140,8 @@ def test_peft_lora(tmp_path, tokenizer):
 
 
 def test_evaluation_keeps_uniform_groups(tmp_path, tokenizer):
-    args = BudgetGRPOConfig(**config_kwargs(tmp_path / "eval", max_steps=2, per_device_eval_batch_size=8,
-                                            num_generations_eval=4))
-    trainer = BudgetGRPOTrainer(
-        model=build_tiny_model(tokenizer), reward_funcs=parity_reward, args=args, train_dataset=make_dataset(),
-        eval_dataset=make_dataset(8, seed=1), processing_class=tokenizer,
-    )
+    trainer = make_trainer(tmp_path / "eval", tokenizer, max_steps=2, per_device_eval_batch_size=8,
+                           num_generations_eval=4, eval_dataset=make_dataset(8, seed=1))
     trainer.train()
     metrics = trainer.evaluate()
     assert "eval_reward" in metrics and not any(key.startswith("eval_budget") for key in metrics)
@@ -163,11 +160,7 @@ def test_resumed_run_makes_the_same_allocations(tmp_path, tokenizer):
     assert state["keys"] and state["batch_failure_rates"]
 
     resumed = RecordingAllocator(KnapsackAllocator(2, 8, default_generations=4))
-    args = BudgetGRPOConfig(**config_kwargs(tmp_path / "resumed" / "run", **steps))
-    trainer = BudgetGRPOTrainer(
-        model=build_tiny_model(tokenizer), reward_funcs=parity_reward, args=args, train_dataset=data,
-        processing_class=tokenizer, allocator=resumed,
-    )
+    trainer = make_trainer(tmp_path / "resumed" / "run", tokenizer, dataset=data, allocator=resumed, **steps)
     trainer.train(resume_from_checkpoint=str(checkpoint))
     assert len(resumed.decisions) == 3
     assert resumed.decisions == full.decisions[-3:]
@@ -182,23 +175,16 @@ def test_failing_reward_function_leaves_the_tracker_untouched(tmp_path, tokenize
             raise RuntimeError("reward service down")
         return parity_reward(completions, answer)
 
-    args = BudgetGRPOConfig(**config_kwargs(tmp_path / "flaky", max_steps=5))
-    trainer = BudgetGRPOTrainer(
-        model=build_tiny_model(tokenizer), reward_funcs=flaky_reward, args=args, train_dataset=make_dataset(),
-        processing_class=tokenizer,
-    )
+    trainer = make_trainer(tmp_path / "flaky", tokenizer, reward_funcs=flaky_reward, max_steps=5)
     with pytest.raises(RuntimeError, match="reward service down"):
         trainer.train()
-    assert sum(trainer.tracker.state_dict()["scored"]) == 2 * 8  # the two complete steps' rollouts, nothing of the failed third
+    # The two complete steps' rollouts, nothing of the failed third.
+    assert sum(trainer.tracker.state_dict()["scored"]) == 2 * 8
 
 
 def test_shared_tracker_is_used(tmp_path, tokenizer):
     tracker = CapabilityTracker(window=2)
-    args = BudgetGRPOConfig(**config_kwargs(tmp_path / "tracker", max_steps=2))
-    trainer = BudgetGRPOTrainer(
-        model=build_tiny_model(tokenizer), reward_funcs=parity_reward, args=args, train_dataset=make_dataset(),
-        processing_class=tokenizer, tracker=tracker,
-    )
+    trainer = make_trainer(tmp_path / "tracker", tokenizer, max_steps=2, tracker=tracker)
     trainer.train()
     assert trainer.tracker is tracker and len(tracker) > 0
 
@@ -232,10 +218,8 @@ def test_bad_config(tmp_path, overrides, message):
     ids=["sum", "length", "bounds"],
 )
 def test_broken_allocator_fails_before_any_model_work(tmp_path, tokenizer, allocator, message):
-    args = BudgetGRPOConfig(**config_kwargs(tmp_path))
     with pytest.raises(RuntimeError, match=f"Allocator .* returned .*{message}"):
-        BudgetGRPOTrainer(model=build_tiny_model(tokenizer), reward_funcs=parity_reward, args=args,
-                          train_dataset=make_dataset(), processing_class=tokenizer, allocator=allocator)
+        make_trainer(tmp_path, tokenizer, allocator=allocator)
 
 
 def test_allocator_that_breaks_later_is_caught(tmp_path, tokenizer):
@@ -262,10 +246,9 @@ def test_tools_are_refused(tmp_path, tokenizer):
         """
         return a + b
 
-    args = BudgetGRPOConfig(**config_kwargs(tmp_path))
     with pytest.raises(ValueError, match="does not support `tools`"):
-        BudgetGRPOTrainer(model=build_tiny_model(tokenizer), reward_funcs=parity_reward, args=args,
-                          train_dataset=make_dataset(), processing_class=tokenizer, tools=[add])
+        BudgetGRPOTrainer(model=build_tiny_model(tokenizer), reward_funcs=parity_reward, tools=[add],
+                          args=BudgetGRPOConfig(**config_kwargs(tmp_path)), train_dataset=make_dataset())
 
 
 def test_prompt_id_column(tmp_path, tokenizer):
@@ -289,15 +272,11 @@ def test_prompts_without_an_id_are_refused(tmp_path, missing):
 @pytest.mark.parametrize("returned", [["4", "4"], [True, True]], ids=["strings", "booleans"])
 def test_allocator_returning_non_numbers_gets_a_clear_error(tmp_path, tokenizer, returned):
     with pytest.raises(RuntimeError, match=r"returned counts of type .* \(it must return integers\)"):
-        BudgetGRPOTrainer(model=build_tiny_model(tokenizer), reward_funcs=parity_reward, train_dataset=make_dataset(),
-                          args=BudgetGRPOConfig(**config_kwargs(tmp_path)), processing_class=tokenizer,
-                          allocator=lambda p, b, f=None: np.array(returned))
+        make_trainer(tmp_path, tokenizer, allocator=lambda p, b, f=None: np.array(returned))
 
 
 def test_a_success_signal_that_never_varies_is_reported_once(tmp_path, tokenizer, caplog):
-    args = BudgetGRPOConfig(**config_kwargs(tmp_path, max_steps=25))
-    trainer = BudgetGRPOTrainer(model=build_tiny_model(tokenizer), reward_funcs=always_one, args=args,
-                                train_dataset=make_dataset(), processing_class=tokenizer)
+    trainer = make_trainer(tmp_path, tokenizer, reward_funcs=always_one, max_steps=25)
     with caplog.at_level("WARNING", logger="trl_budget.trainer"):
         trainer.train()
     warnings = [r for r in caplog.records if "generation batches was judged solved" in r.getMessage()]
@@ -311,9 +290,7 @@ def test_images_are_part_of_the_prompt_key(tmp_path, tokenizer):
         return Image.new("RGB", (4, 4), (value, 0, 0))
 
     chat = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "1+1="}]}]
-    args = BudgetGRPOConfig(**config_kwargs(tmp_path))
-    trainer = BudgetGRPOTrainer(model=build_tiny_model(tokenizer), reward_funcs=parity_reward, args=args,
-                                train_dataset=make_dataset(), processing_class=tokenizer)
+    trainer = make_trainer(tmp_path, tokenizer)
     in_column = [{"prompt": chat, "images": [image(v)]} for v in (1, 1, 2)]  # TRL's image column
     keys = [trainer._prompt_key(row) for row in in_column]
     assert keys[0] == keys[1] != keys[2]  # the same pixels in another object: one prompt; other pixels: another
@@ -340,24 +317,15 @@ def test_pass_rate_settings_default_to_the_allocators_release(tmp_path, tokenize
     plain = BudgetGRPOConfig.from_grpo_config(GRPOConfig(**{
         k: v for k, v in config_kwargs(tmp_path).items() if k not in ("min_generations", "max_generations")}))
     assert plain.pass_rate_min_rollouts == 8  # a plain GRPOConfig gets the default allocator's (knapsack) rule
-    trainer = BudgetGRPOTrainer(model=build_tiny_model(tokenizer), reward_funcs=parity_reward, args=args,
-                                train_dataset=make_dataset(), processing_class=tokenizer)
-    tracker = trainer.tracker
+    tracker = make_trainer(tmp_path, tokenizer, budget_allocator=allocator).tracker
     assert (tracker.window, tracker.rollout_pool or 0, tracker.min_rollouts, tracker.failure_rate_window) == tuple(
         expected.values())
 
 
-def always_one(completions, **kwargs):
-    """A reward every rollout earns, as a format reward that a well-formatted wrong answer still gets."""
-    return [1.0] * len(completions)
-
-
 @pytest.mark.parametrize("success_reward_func", [None, "parity_reward", 0, "0"])
 def test_success_can_follow_one_reward_function(tmp_path, tokenizer, success_reward_func):
-    args = BudgetGRPOConfig(**config_kwargs(tmp_path, max_steps=3, budget_allocator="coba",
-                                            success_reward_func=success_reward_func))
-    trainer = BudgetGRPOTrainer(model=build_tiny_model(tokenizer), reward_funcs=[parity_reward, always_one],
-                                args=args, train_dataset=make_dataset(), processing_class=tokenizer)
+    trainer = make_trainer(tmp_path, tokenizer, reward_funcs=[parity_reward, always_one], max_steps=3,
+                           budget_allocator="coba", success_reward_func=success_reward_func)
     trainer.train()
     if success_reward_func is None:  # parity + 1 >= 1 for every rollout: every prompt looks solved
         assert trainer.tracker.failure_rate == 0.0

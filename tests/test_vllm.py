@@ -11,10 +11,10 @@ import importlib.util
 import numpy as np
 import pytest
 import torch
-from conftest import config_kwargs, make_dataset, parity_reward
+from helpers import assert_parameters_changed, config_kwargs, make_dataset, parameters_of, parity_reward
 
 from trl_budget import BudgetGRPOConfig, BudgetGRPOTrainer
-from trl_budget.tiny import build_tiny_model
+from trl_budget.demo.tiny import build_tiny_model
 
 
 class RecordingVLLMClient:
@@ -80,6 +80,7 @@ def test_server_mode_asks_for_each_prompts_own_count(tmp_path, tokenizer, monkey
         model=build_tiny_model(tokenizer), reward_funcs=parity_reward, args=args, train_dataset=make_dataset(),
         processing_class=tokenizer,
     )
+    before = parameters_of(trainer)
     trainer.train()
 
     requests, plans = RecordingVLLMClient.requests, PlanRecordingTrainer.plans
@@ -92,6 +93,7 @@ def test_server_mode_asks_for_each_prompts_own_count(tmp_path, tokenizer, monkey
     assert any(len(set(plan.counts.tolist())) > 1 for plan in plans)
     assert RecordingVLLMClient.weight_syncs >= 1
     assert all(np.isfinite(entry["loss"]) for entry in trainer.state.log_history if "loss" in entry)
+    assert_parameters_changed(before, trainer)
 
 
 @pytest.mark.parametrize("mode", ["server", "colocate"])

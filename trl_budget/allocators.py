@@ -11,8 +11,9 @@ number of distinct pass rates, not with the number of prompts or rollouts.
 
 from __future__ import annotations
 
+import importlib
 import math
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -21,15 +22,82 @@ __all__ = [
     "CoBAAllocator",
     "KnapsackAllocator",
     "UniformAllocator",
+    "allocator_class",
+    "allocator_names",
+    "register_allocator",
+    "release_pass_rate_rule",
     "spread_evenly",
     "take_largest_gains",
 ]
 
 
 class Allocator(Protocol):
-    """What the trainer needs from an allocator: one call that returns a count per prompt."""
+    """What the trainer needs from an allocator: one call that returns a count per prompt.
+
+    An allocator may also have `metrics(pass_rates, failure_rate) -> dict[str, float]`: the trainer logs each entry
+    as `budget/<name>` at every generation batch (CoBA-RL logs its Beta parameter alpha this way).
+    """
 
     def __call__(self, pass_rates: np.ndarray, budget: int, failure_rate: float | None = None) -> np.ndarray: ...
+
+
+# ------------------------------------------------------------------------------------------------------ registry
+
+# Pass rates as the tracker estimates them when a release says nothing: the last visit, the last batch's failure rate.
+PLAIN_PASS_RATE_RULE = {"window": 1, "rollout_pool": 0, "min_rollouts": 1, "failure_rate_window": 1}
+
+_REGISTRY: dict[str, tuple[type, dict[str, int]]] = {}
+
+
+def register_allocator(name: str, pass_rate_rule: dict[str, int] | None = None):
+    """Class decorator: make an allocator choosable by `name` (`BudgetGRPOConfig(budget_allocator=name)`).
+
+    Args:
+        name: the name; `BudgetGRPOConfig` fields named `<name>_<option>` become the constructor's `<option>`.
+        pass_rate_rule: the `CapabilityTracker` settings (`window`, `rollout_pool`, `min_rollouts`,
+            `failure_rate_window`) that this allocator's release estimates pass rates with; the plain rule (the last
+            visit) when None.
+    """
+
+    def register(cls: type) -> type:
+        if name in _REGISTRY and _REGISTRY[name][0] is not cls:
+            raise ValueError(f"an allocator named {name!r} is registered already ({_REGISTRY[name][0].__name__}).")
+        _REGISTRY[name] = (cls, {**PLAIN_PASS_RATE_RULE, **(pass_rate_rule or {})})
+        return cls
+
+    return register
+
+
+def allocator_names() -> list[str]:
+    """The registered names."""
+    return list(_REGISTRY)
+
+
+def allocator_class(name: str) -> type:
+    """The allocator class registered as `name`, or imported from a dotted path (`package.module:Class`)."""
+    if name in _REGISTRY:
+        return _REGISTRY[name][0]
+    module_name, separator, attribute = name.partition(":") if ":" in name else name.rpartition(".")
+    if not separator or not module_name or not attribute:
+        raise ValueError(
+            f"budget_allocator={name!r} is unknown: choose one of {', '.join(_REGISTRY)}, or give a dotted path to "
+            "your allocator class (`my_package.my_module:MyAllocator`)."
+        )
+    try:
+        found = getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError) as error:
+        raise ValueError(
+            f"budget_allocator={name!r} cannot be imported ({type(error).__name__}: {error}); check the dotted path "
+            "and that its package is installed."
+        ) from error
+    if not callable(found):
+        raise ValueError(f"budget_allocator={name!r} is {found!r}, not an allocator class or factory.")
+    return found
+
+
+def release_pass_rate_rule(name: str) -> dict[str, Any]:
+    """The tracker settings of the allocator registered as `name` (the plain rule for other allocators)."""
+    return dict(_REGISTRY[name][1]) if name in _REGISTRY else dict(PLAIN_PASS_RATE_RULE)
 
 
 def take_largest_gains(gains: np.ndarray, curve_of_prompt: np.ndarray, lower: np.ndarray, spare: int) -> np.ndarray:
@@ -196,6 +264,7 @@ class _BoundedAllocator:
         return f"{type(self).__name__}({options})"
 
 
+@register_allocator("uniform")
 class UniformAllocator(_BoundedAllocator):
     """GRPO's rule: every prompt gets the same count (the remainder, if any, goes to the first prompts)."""
 
@@ -215,6 +284,10 @@ class UniformAllocator(_BoundedAllocator):
         return -float(np.sum((counts - counts.mean()) ** 2))
 
 
+# Knapsack RL's release (`rl_dataset.py`: min_buffer_length=8, reward_buffer_length=16): a prompt is unseen until it
+# has 8 scored rollouts; then its last visit's rate if that visit had 16, else its latest 16 rollouts across visits (16
+# visits always hold them). It has no failure rate; the tracker's is only logged.
+@register_allocator("knapsack", {"window": 16, "rollout_pool": 16, "min_rollouts": 8, "failure_rate_window": 1})
 class KnapsackAllocator(_BoundedAllocator):
     """Knapsack RL (Li et al., 2025): value = P(non-zero gradient) x information gain, as its release allocates.
 
@@ -343,6 +416,8 @@ class KnapsackAllocator(_BoundedAllocator):
         return int(counts[members].sum()) - before
 
 
+# CoBA-RL's run script (sliding_window_size=1): the last visit, and the last batch's failure rate.
+@register_allocator("coba", {"window": 1, "rollout_pool": 0, "min_rollouts": 1, "failure_rate_window": 1})
 class CoBAAllocator(_BoundedAllocator):
     """CoBA-RL (Yao et al., 2026): capability-oriented Beta value with budget saturation, exact greedy optimum.
 
@@ -393,6 +468,10 @@ class CoBAAllocator(_BoundedAllocator):
             failure_rate = 1.0 / (1.0 + math.exp(-self.gamma * (failure_rate - 0.5)))
         alpha = min(max(1.0 + (self.kappa - 2.0) * failure_rate, 1.0), self.kappa - 1.0)
         return alpha, self.kappa - alpha
+
+    def metrics(self, pass_rates, failure_rate: float | None = None) -> dict[str, float]:
+        """What the trainer logs at each batch: the Beta parameter alpha (high: easy prompts; low: hard ones)."""
+        return {"alpha": self.beta_parameters(pass_rates, failure_rate)[0]}
 
     def saturation_curve(self, pass_rates, failure_rate: float | None = None) -> "_SaturationCurve":
         """The batch's value curve: Beta density from the failure rate, tau from the spread of pass rates."""

@@ -7,8 +7,9 @@ import json
 import sys
 from pathlib import Path
 
-from .config import ALLOCATOR_NAMES
-from .demo import RLSettings, WarmStartSettings
+# Only light imports here, so that `trl-budget --help` answers at once; the demo's runs load torch and TRL when run.
+from .allocators import allocator_names
+from .demo.settings import RLSettings, WarmStartSettings
 
 
 def _positive(text: str) -> int:
@@ -27,7 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Warm-start a tiny model on built-in arithmetic (cached), then train it with BudgetGRPOTrainer "
         "and with the uniform GRPO baseline at the same rollout budget; print a table and write a PNG report.",
     )
-    demo.add_argument("--allocator", choices=[name for name in ALLOCATOR_NAMES if name != "uniform"],
+    demo.add_argument("--allocator", choices=[name for name in allocator_names() if name != "uniform"],
                       default="knapsack", help="allocator to compare with uniform GRPO (default: knapsack)")
     demo.add_argument("--steps", type=_positive, default=RLSettings.steps,
                       help=f"RL steps per run (default: {RLSettings.steps})")
@@ -44,7 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run_demo(options: argparse.Namespace) -> dict:
-    from .demo import format_table, plot_report, run_rl, summarize, warm_start
+    from .demo.report import format_table, plot_report, summarize
+    from .demo.run import run_rl, warm_start
 
     output_dir = options.output_dir
     output_dir.mkdir(parents=True, exist_ok=True)

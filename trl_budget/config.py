@@ -4,24 +4,23 @@ from __future__ import annotations
 
 import math
 import warnings
+import inspect
+import json
 from dataclasses import dataclass, field, fields
+from typing import Any
 
 from trl import GRPOConfig
 
-ALLOCATOR_NAMES = ("knapsack", "coba", "uniform")
+from .allocators import allocator_class, release_pass_rate_rule
+from .tracker import CapabilityTracker
 
-# How each release estimates pass rates, as `BudgetGRPOConfig` fields; a field left at None takes its allocator's value.
-# Knapsack RL (`rl_dataset.py`: min_buffer_length=8, reward_buffer_length=16): a prompt is unseen until it has 8 scored
-# rollouts; then its last visit's rate if that visit had 16, else the mean of its latest 16 rollouts across visits (16
-# visits always hold them). CoBA-RL (run script: sliding_window_size=1): the last visit, and the last batch's failure
-# rate. Uniform ignores pass rates; its tracker only feeds the logged metrics.
-RELEASE_PASS_RATE_SETTINGS = {
-    "knapsack": {"pass_rate_window": 16, "pass_rate_rollout_pool": 16, "pass_rate_min_rollouts": 8,
-                 "failure_rate_window": 1},
-    "coba": {"pass_rate_window": 1, "pass_rate_rollout_pool": 0, "pass_rate_min_rollouts": 1,
-             "failure_rate_window": 1},
-    "uniform": {"pass_rate_window": 1, "pass_rate_rollout_pool": 0, "pass_rate_min_rollouts": 1,
-                "failure_rate_window": 1},
+# Tracker constructor argument -> the config field that sets it.
+TRACKER_FIELDS = {
+    "window": "pass_rate_window",
+    "rollout_pool": "pass_rate_rollout_pool",
+    "min_rollouts": "pass_rate_min_rollouts",
+    "failure_rate_window": "failure_rate_window",
+    "success_threshold": "success_threshold",
 }
 
 
@@ -38,8 +37,12 @@ class BudgetGRPOConfig(GRPOConfig):
         > Parameters that control the allocation
 
         budget_allocator (`str`, *optional*, defaults to `"knapsack"`):
-            Allocation rule: `"knapsack"` (Knapsack RL), `"coba"` (CoBA-RL) or `"uniform"` (GRPO's equal split). Ignored
-            when an `allocator` object is passed to the trainer.
+            Allocation rule: `"knapsack"` (Knapsack RL), `"coba"` (CoBA-RL), `"uniform"` (GRPO's equal split), another
+            name registered with `register_allocator`, or a dotted path to an allocator class
+            (`"my_package.my_module:MyAllocator"`). Fields named `<allocator>_<option>` (`knapsack_fallback`, say) are
+            passed to its constructor as `<option>`. Ignored when an `allocator` object is passed to the trainer.
+        budget_allocator_kwargs (`dict`, `str` or `None`, *optional*, defaults to `None`):
+            Further constructor arguments of the allocator (a dict, or its JSON on the command line).
         min_generations (`int`, *optional*, defaults to `2`):
             Fewest rollouts a prompt of the batch can receive.
         max_generations (`int`, *optional*, defaults to `128`):
@@ -103,10 +106,14 @@ class BudgetGRPOConfig(GRPOConfig):
     budget_allocator: str = field(
         default="knapsack",
         metadata={
-            "help": "Allocation rule: 'knapsack' (Knapsack RL), 'coba' (CoBA-RL) or 'uniform' (GRPO's equal split). "
-            "Ignored when an `allocator` object is passed to the trainer.",
-            "choices": list(ALLOCATOR_NAMES),
+            "help": "Allocation rule: 'knapsack' (Knapsack RL), 'coba' (CoBA-RL), 'uniform' (GRPO's equal split), a "
+            "name registered with register_allocator, or a dotted path 'my_package.my_module:MyAllocator'. Ignored "
+            "when an `allocator` object is passed to the trainer.",
         },
+    )
+    budget_allocator_kwargs: dict | str | None = field(
+        default=None,
+        metadata={"help": "Further constructor arguments of the allocator (a dict, or its JSON)."},
     )
     min_generations: int = field(default=2, metadata={"help": "Fewest rollouts a prompt of the batch can receive."})
     max_generations: int = field(default=128, metadata={"help": "Most rollouts a prompt of the batch can receive."})
@@ -190,14 +197,12 @@ class BudgetGRPOConfig(GRPOConfig):
         self.check_budget_settings()
 
     def check_budget_settings(self) -> None:
-        """Raise a `ValueError` naming the first budget setting that cannot work."""
-        if self.budget_allocator not in ALLOCATOR_NAMES:
-            raise ValueError(
-                f"budget_allocator={self.budget_allocator!r} is unknown; choose one of {', '.join(ALLOCATOR_NAMES)} "
-                "or pass an allocator object to BudgetGRPOTrainer(allocator=...)."
-            )
-        if self.min_generations < 1:
-            raise ValueError(f"min_generations must be at least 1, got {self.min_generations}.")
+        """Raise a `ValueError` naming the first budget setting that cannot work.
+
+        Builds the allocator and the tracker once, so that each of their settings is checked by its own constructor.
+        """
+        if isinstance(self.budget_allocator_kwargs, str):
+            self.budget_allocator_kwargs = json.loads(self.budget_allocator_kwargs)
         if not self.min_generations <= self.num_generations <= self.max_generations:
             raise ValueError(
                 f"num_generations ({self.num_generations}) is the average number of rollouts per prompt, so it must "
@@ -205,14 +210,6 @@ class BudgetGRPOConfig(GRPOConfig):
                 "otherwise the batch's budget cannot be split within the bounds."
             )
         self.resolve_release_settings()
-        for name in ("pass_rate_window", "pass_rate_min_rollouts", "failure_rate_window"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}.")
-        if self.pass_rate_rollout_pool < 0:
-            raise ValueError(
-                f"pass_rate_rollout_pool must be 0 (pool whole visits) or a positive number of rollouts, got "
-                f"{self.pass_rate_rollout_pool}."
-            )
         if self.advantage_clip is not None and not self.advantage_clip > 0:
             raise ValueError(
                 f"advantage_clip must be a positive number or None (no clipping), got {self.advantage_clip}."
@@ -222,7 +219,37 @@ class BudgetGRPOConfig(GRPOConfig):
                 f"success_reward_func={self.success_reward_func} is not a reward function index; give the index "
                 "(from 0) or the name of one of the trainer's reward_funcs, or None for their weighted sum."
             )
+        self.make_allocator()
+        self.make_tracker()
         self.warn_if_checkpoints_split_generation_batches()
+
+    def allocator_options(self) -> dict[str, Any]:
+        """Constructor arguments of the chosen allocator: bounds, `<allocator>_<option>` fields, and the kwargs."""
+        cls = allocator_class(self.budget_allocator)
+        prefix = f"{self.budget_allocator}_"
+        options = {f.name[len(prefix):]: getattr(self, f.name) for f in fields(self) if f.name.startswith(prefix)}
+        common = {"min_generations": self.min_generations, "max_generations": self.max_generations,
+                  "default_generations": self.num_generations}
+        accepted = _parameters(cls)
+        options.update({name: value for name, value in common.items() if accepted is None or name in accepted})
+        options.update(self.budget_allocator_kwargs or {})
+        return options
+
+    def make_allocator(self):
+        """The allocator `budget_allocator` names, built with `allocator_options()`."""
+        cls = allocator_class(self.budget_allocator)
+        prefix = f"{self.budget_allocator}_"
+        try:
+            return cls(**self.allocator_options())
+        except ValueError as error:
+            raise ValueError(_name_the_field(str(error), lambda name: _field_for(self, prefix + name, name))) from error
+
+    def make_tracker(self) -> CapabilityTracker:
+        """The capability tracker with the config's pass-rate rule (by default, the chosen allocator's release rule)."""
+        try:
+            return CapabilityTracker(**{argument: getattr(self, name) for argument, name in TRACKER_FIELDS.items()})
+        except ValueError as error:
+            raise ValueError(_name_the_field(str(error), lambda name: TRACKER_FIELDS.get(name, name))) from error
 
     def warn_if_checkpoints_split_generation_batches(self) -> None:
         """A checkpoint between the steps of one generation batch cannot be resumed exactly: say so now."""
@@ -244,9 +271,9 @@ class BudgetGRPOConfig(GRPOConfig):
 
     def resolve_release_settings(self) -> None:
         """Give each pass-rate setting left at None the value of the chosen allocator's release."""
-        for name, value in RELEASE_PASS_RATE_SETTINGS[self.budget_allocator].items():
-            if getattr(self, name) is None:
-                setattr(self, name, value)
+        for argument, value in release_pass_rate_rule(self.budget_allocator).items():
+            if getattr(self, TRACKER_FIELDS[argument]) is None:
+                setattr(self, TRACKER_FIELDS[argument], value)
 
     @classmethod
     def from_grpo_config(cls, args: GRPOConfig) -> "BudgetGRPOConfig":
@@ -258,3 +285,24 @@ class BudgetGRPOConfig(GRPOConfig):
                 setattr(config, budget_field.name, budget_field.default)
         config.check_budget_settings()
         return config
+
+
+def _parameters(cls) -> set[str] | None:
+    """Names the constructor accepts; None when it takes any keyword."""
+    try:
+        parameters = inspect.signature(cls).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return None
+    return {p.name for p in parameters}
+
+
+def _field_for(config, prefixed: str, plain: str) -> str:
+    return prefixed if hasattr(config, prefixed) else plain
+
+
+def _name_the_field(message: str, field_of) -> str:
+    """A constructor's message, starting with its argument's name, restated with the config field that sets it."""
+    argument, _, rest = message.partition(" ")
+    return f"{field_of(argument)} {rest}" if rest else message

@@ -35,7 +35,8 @@ def _content_of(value: Any) -> Any:
         value = value.detach().cpu().numpy()
     if isinstance(value, np.ndarray):
         data = np.ascontiguousarray(value)
-        return {"array": [str(data.dtype), list(data.shape), hashlib.blake2b(data.tobytes(), digest_size=16).hexdigest()]}
+        digest = hashlib.blake2b(data.tobytes(), digest_size=16).hexdigest()
+        return {"array": [str(data.dtype), list(data.shape), digest]}
     if isinstance(value, np.generic):
         return value.item()
     return str(value)

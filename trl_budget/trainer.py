@@ -25,7 +25,7 @@ from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import get_callable_name, get_config_model_id
 
 from .advantages import grouped_advantages
-from .allocators import Allocator, CoBAAllocator, KnapsackAllocator, UniformAllocator
+from .allocators import Allocator
 from .checkpoint import TRACKER_STATE_NAME, load_tracker_state, write_json_atomically
 from .config import BudgetGRPOConfig
 from .rollout_plan import RolloutPlan, balanced_slot_order, checked_allocation
@@ -35,40 +35,6 @@ logger = logging.get_logger(__name__)
 
 IMAGE_COLUMNS = ("images", "image")  # where TRL reads a prompt's images from
 EXTREME_BATCHES_BEFORE_WARNING = 10
-
-
-def allocator_from_config(args: BudgetGRPOConfig):
-    """The built-in allocator that `args.budget_allocator` names, with the config's options."""
-    bounds = {"min_generations": args.min_generations, "max_generations": args.max_generations}
-    if args.budget_allocator == "uniform":
-        return UniformAllocator(**bounds)
-    if args.budget_allocator == "knapsack":
-        return KnapsackAllocator(
-            **bounds,
-            default_generations=args.num_generations,
-            zero_pass_generations=args.knapsack_zero_pass_generations,
-            full_pass_generations=args.knapsack_full_pass_generations,
-            fallback=args.knapsack_fallback,
-            fallback_confidence=args.knapsack_fallback_confidence,
-        )
-    return CoBAAllocator(
-        **bounds,
-        kappa=args.coba_kappa,
-        gamma=args.coba_gamma,
-        bucket_heuristic=args.coba_bucket_heuristic,
-        exploration_share=args.coba_exploration_share,
-    )
-
-
-def tracker_from_config(args: BudgetGRPOConfig) -> CapabilityTracker:
-    """The capability tracker with the config's pass-rate rule (by default, the chosen allocator's release rule)."""
-    return CapabilityTracker(
-        window=args.pass_rate_window,
-        success_threshold=args.success_threshold,
-        failure_rate_window=args.failure_rate_window,
-        min_rollouts=args.pass_rate_min_rollouts,
-        rollout_pool=args.pass_rate_rollout_pool,
-    )
 
 
 def reward_func_name(reward_func) -> str:
@@ -93,8 +59,8 @@ def success_reward_index(choice: int | str | None, reward_funcs) -> int | None:
     if choice in names:
         if names.count(choice) > 1:
             raise ValueError(
-                f"success_reward_func={choice!r} names {names.count(choice)} reward functions ({names}); give its index "
-                "instead."
+                f"success_reward_func={choice!r} names {names.count(choice)} reward functions ({names}); give its "
+                "index instead."
             )
         return names.index(choice)
     raise ValueError(
@@ -141,8 +107,8 @@ class BudgetGRPOTrainer(GRPOTrainer):
         refuse_seeded_vllm_generation(args)
         train_dataset = kwargs.get("train_dataset", positional[0] if positional else None)
         check_prompt_id_column(args.prompt_id_column, train_dataset)
-        self.allocator = allocator if allocator is not None else allocator_from_config(args)
-        self.tracker = tracker if tracker is not None else tracker_from_config(args)
+        self.allocator = allocator if allocator is not None else args.make_allocator()
+        self.tracker = tracker if tracker is not None else args.make_tracker()
         self._success_reward_index = success_reward_index(args.success_reward_func, reward_funcs)
         self._extreme_batches = 0  # consecutive batches whose rollouts were all solved, or all failed
         prompts_per_batch = args.generation_batch_size // args.num_generations
@@ -293,8 +259,10 @@ class BudgetGRPOTrainer(GRPOTrainer):
         metrics["budget/unseen_prompts"].append(float(np.isnan(plan.pass_rates).mean()))
         if plan.failure_rate is not None:
             metrics["budget/failure_rate"].append(plan.failure_rate)
-        if isinstance(self.allocator, CoBAAllocator):
-            metrics["budget/alpha"].append(self.allocator.beta_parameters(plan.pass_rates, plan.failure_rate)[0])
+        allocator_metrics = getattr(self.allocator, "metrics", None)
+        if callable(allocator_metrics):  # the allocator's own view of the batch, e.g. CoBA-RL's alpha
+            for name, value in allocator_metrics(plan.pass_rates, plan.failure_rate).items():
+                metrics[f"budget/{name}"].append(float(value))
         self._budget_history["rollouts_per_prompt"].extend(plan.counts.tolist())
         self._budget_history["pass_rates"].extend(plan.pass_rates[~np.isnan(plan.pass_rates)].tolist())
 

@@ -1,16 +1,10 @@
-"""The built-in demo: a tiny model warm-started on arithmetic, then RL with each allocator at equal rollout budget.
-
-Everything is built locally (tokenizer, model, data), so it runs on a laptop CPU without downloading anything.
-"""
+"""The demo's runs: a cached supervised warm start of the tiny model, then RL with an allocator, with its curves."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import shutil
 import time
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -26,10 +20,11 @@ from transformers import (
 )
 from transformers.utils import logging as hf_logging
 
-from .config import BudgetGRPOConfig
-from .task import ALPHABET, LEVELS, exact_match_reward, make_problems, split_problems
+from ..config import BudgetGRPOConfig
+from ..trainer import BudgetGRPOTrainer
+from .settings import RLSettings, WarmStartSettings
+from .task import ALPHABET, exact_match_reward, make_problems, split_problems
 from .tiny import build_char_tokenizer, build_tiny_model
-from .trainer import BudgetGRPOTrainer
 
 MAX_ANSWER_TOKENS = 5  # the longest answer (3 + 3 digits: 4 digits) and the end-of-sequence token
 
@@ -39,21 +34,6 @@ def default_cache_dir() -> Path:
     if "TRL_BUDGET_CACHE" in os.environ:
         return Path(os.environ["TRL_BUDGET_CACHE"]).expanduser()
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")).expanduser() / "trl_budget"
-
-
-@dataclass(frozen=True)
-class WarmStartSettings:
-    """Supervised warm start of the tiny model: enough to solve easy problems, not hard ones."""
-
-    hidden_size: int = 64
-    num_layers: int = 2
-    steps: int = 1500
-    batch_size: int = 64
-    learning_rate: float = 3e-3
-    seed: int = 0
-
-    def fingerprint(self) -> str:
-        return hashlib.sha1(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:12]
 
 
 def warm_start(settings: WarmStartSettings = WarmStartSettings(), cache_dir: Path | None = None,
@@ -136,35 +116,6 @@ def exact_match_accuracy(model, tokenizer, problems: list[dict], samples: int = 
     for level in sorted(set(levels.tolist())):
         result[f"level_{level}"] = float(correct[levels == level].mean())
     return result
-
-
-@dataclass
-class RLSettings:
-    """The RL run of the demo and of the allocator benchmark."""
-
-    steps: int = 480
-    prompts_per_step: int = 8
-    num_generations: int = 8
-    min_generations: int = 2
-    max_generations: int = 32
-    train_prompts: int = 240
-    eval_prompts: int = 240
-    eval_every: int = 60
-    eval_samples: int = 4
-    histogram_steps: tuple[int, ...] = field(default=(1, 160, 320, 480))
-    learning_rate: float = 2e-4
-    temperature: float = 1.0
-    data_seed: int = 0
-
-    @classmethod
-    def for_steps(cls, steps: int, evaluations: int) -> "RLSettings":
-        """Settings for a run of `steps`, evaluated `evaluations` times, histograms at its start, thirds and end."""
-        marks = tuple(sorted({1, steps // 3 or 1, 2 * steps // 3 or 1, steps}))
-        return cls(steps=steps, eval_every=max(1, steps // evaluations), histogram_steps=marks)
-
-    @property
-    def rollouts_per_step(self) -> int:
-        return self.prompts_per_step * self.num_generations
 
 
 class _ProgressBarOnly(ProgressCallback):
@@ -262,98 +213,3 @@ def run_rl(model_path: Path, allocator: str, seed: int, settings: RLSettings, ou
     }
 
 
-def summarize(runs: list[dict]) -> dict[str, dict]:
-    """Per allocator, mean and std over seeds of the figures the demo and the benchmark report."""
-    by_allocator: dict[str, list[dict]] = {}
-    for run in runs:
-        by_allocator.setdefault(run["allocator"], []).append(run)
-    uniform_final = {}
-    if "uniform" in by_allocator:
-        for metric in ("accuracy", "train_accuracy"):
-            uniform_final[metric] = float(np.mean([run["curve"][-1][metric] for run in by_allocator["uniform"]]))
-    summary = {}
-    for allocator, group in by_allocator.items():
-        final = [run["curve"][-1]["accuracy"] for run in group]
-        final_train = [run["curve"][-1]["train_accuracy"] for run in group]
-        effective = [float(np.mean(run["effective_ratio"])) for run in group]
-        row = {
-            "seeds": len(group),
-            "start_accuracy": float(np.mean([run["curve"][0]["accuracy"] for run in group])),
-            "final_accuracy_mean": float(np.mean(final)),
-            "final_accuracy_std": float(np.std(final)),
-            "start_train_accuracy": float(np.mean([run["curve"][0]["train_accuracy"] for run in group])),
-            "final_train_accuracy_mean": float(np.mean(final_train)),
-            "final_train_accuracy_std": float(np.std(final_train)),
-            "effective_ratio_mean": float(np.mean(effective)),
-            "effective_ratio_std": float(np.std(effective)),
-            "rollouts_spent": group[0]["curve"][-1]["rollouts"],
-        }
-        for metric, target in uniform_final.items():
-            mean_curve = np.mean([[point[metric] for point in run["curve"]] for run in group], axis=0)
-            # Only after training has started: a start above the target would say nothing about the allocator.
-            reached = np.flatnonzero(mean_curve[1:] >= target) + 1
-            rollouts = int(group[0]["curve"][reached[0]]["rollouts"]) if reached.size else None
-            row[f"rollouts_to_uniform_final_{metric}"] = rollouts
-        summary[allocator] = row
-    return summary
-
-
-def format_table(summary: dict[str, dict]) -> str:
-    """A plain-text table of `summarize`'s figures."""
-    header = ("allocator", "held-out accuracy", "training-set accuracy", "effective ratio", "rollouts")
-    lines = ["{:<20} {:>26} {:>26} {:>16} {:>9}".format(*header)]
-    for allocator, row in summary.items():
-        def spread(name: str) -> str:  # mean ± std over seeds, or the single value
-            text = f"{row[name + '_mean']:.3f}"
-            return text + f"±{row[name + '_std']:.3f}" if row["seeds"] > 1 else text
-
-        held_out = f"{row['start_accuracy']:.3f} -> {spread('final_accuracy')}"
-        train = f"{row['start_train_accuracy']:.3f} -> {spread('final_train_accuracy')}"
-        effective = spread("effective_ratio")
-        lines.append(f"{allocator:<20} {held_out:>26} {train:>26} {effective:>16} {row['rollouts_spent']:>9}")
-    return "\n".join(lines)
-
-
-def plot_report(runs: list[dict], path: Path, title: str = "trl_budget") -> Path:
-    """PNG: held-out accuracy against rollouts, effective ratio over training, rollouts-per-prompt histograms."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    allocators = list(dict.fromkeys(run["allocator"] for run in runs))
-    colours = dict(zip(allocators, plt.rcParams["axes.prop_cycle"].by_key()["color"]))
-    figure, (accuracy_axis, ratio_axis, histogram_axis) = plt.subplots(1, 3, figsize=(16, 4.5))
-    for allocator in allocators:
-        group = [run for run in runs if run["allocator"] == allocator]
-        rollouts = [point["rollouts"] for point in group[0]["curve"]]
-        accuracy = np.array([[point["accuracy"] for point in run["curve"]] for run in group])
-        accuracy_axis.plot(rollouts, accuracy.mean(0), marker="o", color=colours[allocator],
-                           label=f"{allocator} (held-out)")
-        if len(group) > 1:
-            accuracy_axis.fill_between(rollouts, accuracy.mean(0) - accuracy.std(0),
-                                       accuracy.mean(0) + accuracy.std(0), color=colours[allocator], alpha=0.2)
-        train = np.array([[point["train_accuracy"] for point in run["curve"]] for run in group])
-        accuracy_axis.plot(rollouts, train.mean(0), linestyle="--", color=colours[allocator],
-                           label=f"{allocator} (training set)")
-        ratio = np.array([run["effective_ratio"] for run in group]).mean(0)
-        window = max(1, len(ratio) // 20)
-        smooth = np.convolve(ratio, np.ones(window) / window, mode="valid")
-        ratio_axis.plot(np.arange(smooth.size) + window, smooth, color=colours[allocator], label=allocator)
-    accuracy_axis.set(xlabel="rollouts spent", ylabel="sampled exact-match accuracy", title="Accuracy")
-    ratio_axis.set(xlabel="step", ylabel="share of rollouts with non-zero advantage", title="Effective gradient ratio")
-    budgeted = next((run for run in runs if run["allocator"] != "uniform" and run["histograms"]), runs[0])
-    for step, counts in budgeted["histograms"].items():
-        histogram_axis.hist(counts, bins=np.arange(0.5, max(counts) + 1.5), alpha=0.5, label=f"up to step {step}")
-    histogram_axis.set(xlabel="rollouts per prompt", ylabel="prompts (batches up to that step)",
-                       title=f"Rollouts per prompt ({budgeted['allocator']})")
-    for axis in (accuracy_axis, ratio_axis, histogram_axis):
-        axis.legend()
-        axis.grid(alpha=0.3)
-    figure.suptitle(title)
-    figure.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    return path
