@@ -19,6 +19,8 @@ import numpy as np
 
 from reference_allocators import dynamic_program, heap_greedy  # the script's own folder is on the path
 
+RESULTS = Path(__file__).resolve().parent / "results"
+
 from trl_budget import CoBAAllocator, KnapsackAllocator
 
 
@@ -95,7 +97,8 @@ def run_case(name, rates, budget, low, high, run_dp, repeats):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small sizes only (a few seconds)")
-    parser.add_argument("--output", type=Path, default=None, help="write the rows as JSON to this file")
+    parser.add_argument("--output", type=Path, default=RESULTS / "allocator_speed.json",
+                        help="where the rows go as JSON (default: benchmarks/results/allocator_speed.json)")
     args = parser.parse_args(argv)
 
     rng = np.random.default_rng(0)
@@ -107,9 +110,28 @@ def main(argv=None):
         continuous = rng.uniform(0.01, 0.99, prompts)
         rows += run_case("tracked k/16 rates", tracked, budget, 2, 128, run_dp, repeats=5)
         rows += run_case("continuous rates", continuous, budget, 2, 128, run_dp, repeats=3)
-    if args.output:
-        args.output.write_text(json.dumps(rows, indent=2))
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(rows, indent=2))
+    print(markdown_table(rows))
     return rows
+
+
+def markdown_table(rows) -> str:
+    """The README's table."""
+    lines = ["| objective, pass rates | prompts | budget | trl_budget | heap greedy | dynamic program |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for row in rows:
+        kind = "k/16" if row["case"].startswith("tracked") else "continuous"
+        dp = (f"{row['dynamic_program_ms']:.0f} ms ({row['dp_over_trl_budget']:.0f}×)" if "dynamic_program_ms" in row
+              else "not run")
+        lines.append(f"| {row['objective'].removesuffix('Allocator')}, {kind} | {row['prompts']:,} | "
+                     f"{row['budget']:,} | {_ms(row['trl_budget_ms'])} | {_ms(row['heap_greedy_ms'])} "
+                     f"({row['heap_over_trl_budget']:.1f}×) | {dp} |")
+    return "\n".join(lines)
+
+
+def _ms(milliseconds: float) -> str:
+    return f"{milliseconds / 1e3:.2f} s" if milliseconds >= 1000 else f"{milliseconds:.2f} ms"
 
 
 if __name__ == "__main__":

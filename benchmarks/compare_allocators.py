@@ -17,6 +17,8 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+import numpy as np
+
 from trl_budget.demo.report import format_table, plot_report, summarize
 from trl_budget.demo.run import run_rl, warm_start
 from trl_budget.demo.settings import RLSettings, WarmStartSettings
@@ -36,7 +38,8 @@ def main(argv=None) -> dict:
     parser.add_argument("--quick", action="store_true", help="few steps, one seed, small warm start")
     parser.add_argument("--seeds", type=int, default=None, help="number of training seeds (default 3; quick: 1)")
     parser.add_argument("--steps", type=int, default=None, help="RL steps per run (default 480; quick: 12)")
-    parser.add_argument("--output-dir", type=Path, default=Path("benchmark_results"), help="where results go")
+    parser.add_argument("--output-dir", type=Path, default=Path(__file__).resolve().parent / "results",
+                        help="where results go (default: benchmarks/results)")
     parser.add_argument("--cache-dir", type=Path, default=None, help="warm-start cache (default: the demo's)")
     args = parser.parse_args(argv)
 
@@ -70,9 +73,12 @@ def main(argv=None) -> dict:
         "warm_start": asdict(warm),
         "rl": asdict(settings),
         "summary": summary,
-        "runs": runs,
+        "mean_curves": mean_curves(runs),
     }
     (args.output_dir / "compare_allocators.json").write_text(json.dumps(result, indent=2))
+    # Every run's curves and histograms, for whoever wants them; too large to keep in git (runs/ is ignored).
+    (args.output_dir / "runs").mkdir(parents=True, exist_ok=True)
+    (args.output_dir / "runs" / "compare_allocators_runs.json").write_text(json.dumps(runs))
     plot_report(runs, args.output_dir / "compare_allocators.png",
                 title=f"Allocators at equal rollout budget, built-in arithmetic ({seeds} seeds)")
     print(format_table(summary))
@@ -82,6 +88,19 @@ def main(argv=None) -> dict:
               f"accuracy: {row.get('rollouts_to_uniform_final_train_accuracy')}")
     print(f"wrote {args.output_dir / 'compare_allocators.json'} and {args.output_dir / 'compare_allocators.png'}")
     return result
+
+
+def mean_curves(runs: list[dict]) -> dict[str, dict[str, list[float]]]:
+    """Per variant, held-out and training-set accuracy against rollouts spent, averaged over seeds."""
+    curves = {}
+    for label in dict.fromkeys(run["allocator"] for run in runs):
+        group = [run["curve"] for run in runs if run["allocator"] == label]
+        curves[label] = {
+            "rollouts": [point["rollouts"] for point in group[0]],
+            "accuracy": np.mean([[point["accuracy"] for point in curve] for curve in group], axis=0).tolist(),
+            "train_accuracy": np.mean([[p["train_accuracy"] for p in curve] for curve in group], axis=0).tolist(),
+        }
+    return curves
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ import os
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -61,7 +60,8 @@ def median_step_seconds(kind: str, steps: int, tokenizer, output_dir: str) -> fl
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="2 rounds of 8 steps")
-    parser.add_argument("--output", type=Path, default=None, help="write the figures as JSON to this file")
+    parser.add_argument("--output", type=Path, default=Path(__file__).resolve().parent / "results" / "step_overhead.json",
+                        help="where the figures go as JSON (default: benchmarks/results/step_overhead.json)")
     args = parser.parse_args(argv)
     rounds, steps = (2, 8) if args.quick else (5, 30)
     hf_logging.set_verbosity_error()
@@ -79,9 +79,13 @@ def main(argv=None):
         "median_step_ms": {kind: statistics.median(values) * 1e3 for kind, values in samples.items()},
         "overhead_vs_GRPOTrainer": {kind: statistics.median(samples[kind]) / base - 1 for kind in kinds[1:]},
     }
-    print(json.dumps(result, indent=2))
-    if args.output:
-        args.output.write_text(json.dumps(result, indent=2))
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(result, indent=2))
+    print("| trainer | median step | vs GRPOTrainer |\n|---|---:|---:|")
+    for kind in kinds:
+        name = kind if kind == "GRPOTrainer" else f"BudgetGRPOTrainer, {kind}"
+        overhead = "—" if kind == "GRPOTrainer" else f"{result['overhead_vs_GRPOTrainer'][kind]:+.1%}"
+        print(f"| {name} | {result['median_step_ms'][kind]:.1f} ms | {overhead} |")
     return result
 
 

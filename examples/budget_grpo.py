@@ -1,3 +1,11 @@
+# /// script
+# dependencies = [
+#     "trl_budget[math,vllm,wandb]",
+#     "trl>=1.16,<1.17",
+#     "math-verify>=0.8",
+# ]
+# ///
+
 """Math RLVR with per-prompt rollout budgets: TRL's `grpo.py`, with BudgetGRPOTrainer.
 
 One node of 8 GPUs, vLLM server on 4 of them and training on the other 4:

@@ -1,6 +1,7 @@
 """Run under `accelerate launch --num_processes 2`: trains a few steps and writes what each rank saw.
 
     multiprocess_run.py OUTPUT_DIR ALLOCATOR          # a normal run
+    multiprocess_run.py OUTPUT_DIR knapsack-probe     # with a probe stage of 2 rollouts per prompt
     multiprocess_run.py OUTPUT_DIR failing-allocator  # the allocator raises at the second step
 """
 
@@ -25,14 +26,16 @@ class RecordingTrainer(BudgetGRPOTrainer):
         output = super()._generate_and_score_completions(inputs)
         plan = self.last_rollout_plan
         rank, local = self.accelerator.process_index, len(inputs)
-        slots = plan.slot_order[rank * local : (rank + 1) * local]
+        slots = np.concatenate([stage.reshape(self.accelerator.num_processes, -1)[rank]  # this rank's rows
+                                for stage in np.split(plan.slot_order, [plan.probe_generations * len(plan.keys)])
+                                if stage.size])
         self.seen.append({
             "local_rows": len(inputs),
             "keys": plan.keys,
             "counts": plan.counts.tolist(),
             "slot_order": plan.slot_order.tolist(),
-            "my_keys": np.repeat(plan.keys, plan.counts)[slots].tolist(),
-            "my_rewards": self._gathered_rewards[rank * local : (rank + 1) * local, 0].tolist(),
+            "my_slots": slots.tolist(),
+            "all_rewards": list(self._logs["rewards"]["parity_reward"])[-len(plan.slot_order):],  # in row order
             "my_advantages": output["advantages"].tolist(),
         })
         return output
@@ -53,11 +56,11 @@ class FailingAllocator:
 
 def main(output_dir: str, allocator: str):
     tokenizer = build_char_tokenizer(ALPHABET)
-    failing = allocator == "failing-allocator"
+    failing, probe = allocator == "failing-allocator", allocator.endswith("-probe")
     trainer = make_trainer(
         output_dir, tokenizer, trainer_class=RecordingTrainer, per_device_train_batch_size=4, max_steps=9,
-        budget_allocator="knapsack" if failing else allocator, save_strategy="steps", save_steps=9,
-        allocator=FailingAllocator() if failing else None,
+        budget_allocator="knapsack" if failing else allocator.removesuffix("-probe"), save_strategy="steps",
+        save_steps=9, allocator=FailingAllocator() if failing else None, budget_probe_generations=2 if probe else 0,
     )
     rank = trainer.accelerator.process_index
     if failing:

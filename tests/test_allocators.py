@@ -6,7 +6,7 @@ import pytest
 from trl_budget import CoBAAllocator, KnapsackAllocator, UniformAllocator
 from trl_budget.allocators import spread_evenly
 
-from reference_allocators import release_knapsack_counts
+from reference_allocators import heap_greedy, release_knapsack_counts
 
 ALLOCATORS = [
     UniformAllocator(2, 16),
@@ -275,3 +275,40 @@ def test_work_is_bounded_by_the_budget_not_by_max_generations(allocator):
     rates = np.random.default_rng(0).integers(1, 16, 256) / 16
     counts = allocator.allocate(rates, 256 * 8, 0.5)  # a (256 x 10^9) gain matrix would not fit in memory
     assert counts.sum() == 256 * 8 and counts.min() >= 2
+
+
+@pytest.mark.parametrize("objective", ["knapsack", "coba"])
+def test_agrees_with_the_heap_greedy_at_two_hundred_prompts(objective):
+    rng = np.random.default_rng(11)
+    rates = np.where(rng.random(200) < 0.5, rng.integers(1, 16, 200) / 16, rng.random(200) * 0.98 + 0.01)
+    budget = 200 * 8
+    if objective == "knapsack":
+        allocator = KnapsackAllocator(2, 64, fallback=False)
+        gain = lambda i, n: KnapsackAllocator._gains(rates[i], n, None)  # noqa: E731
+    else:
+        allocator = CoBAAllocator(2, 64)
+        curve = allocator.saturation_curve(rates, 0.4)
+        gain = lambda i, n: curve(rates[i], n, None)  # noqa: E731
+    counts = allocator.allocate(rates, budget, 0.4)
+    reference = heap_greedy(gain, rates.size, 2, 64, budget)
+    assert allocator.value(counts, rates, 0.4) == pytest.approx(allocator.value(reference, rates, 0.4), rel=1e-12)
+
+
+@pytest.mark.parametrize("objective", ["knapsack", "coba"])
+@pytest.mark.parametrize("rates_kind", ["continuous", "near the ends", "k/16"])
+def test_threshold_search_gives_the_dense_solution(objective, rates_kind, monkeypatch):
+    import trl_budget.allocators as allocators
+
+    rng = np.random.default_rng(5)
+    size = 3000
+    near_zero, near_one = rng.random(size) * 0.02 + 0.001, 0.999 - rng.random(size) * 0.02
+    rates = {"continuous": rng.random(size) * 0.98 + 0.01,
+             "near the ends": np.where(rng.random(size) < 0.5, near_zero, near_one),
+             "k/16": rng.integers(1, 16, size) / 16}[rates_kind]
+    allocator = KnapsackAllocator(2, 128, fallback=False) if objective == "knapsack" else CoBAAllocator(2, 128)
+    for budget in (size * 3, size * 10, size * 60):
+        monkeypatch.setattr(allocators, "DENSE_GAINS_LIMIT", 0)  # always the threshold search
+        searched = allocator.allocate(rates, budget, 0.3)
+        monkeypatch.setattr(allocators, "DENSE_GAINS_LIMIT", 10**12)  # always the gain matrix
+        dense = allocator.allocate(rates, budget, 0.3)
+        np.testing.assert_array_equal(searched, dense)

@@ -56,10 +56,10 @@ def saved_state():
 @pytest.mark.parametrize(
     "corrupt, message",
     [
-        (lambda s: s["wins"][0].__setitem__(1, 5), r"prompt 'a' has more successes than rollouts"),
-        (lambda s: (s["wins"][1].__setitem__(1, 0), s["trials"][1].__setitem__(1, 0)),
+        (lambda s: s["wins"].__setitem__(1, 5), r"prompt 'a' has more successes than rollouts"),
+        (lambda s: (s["wins"].__setitem__(3, 0), s["trials"].__setitem__(3, 0)),
          r"prompt 'b' has no scored rollout in its latest visit"),
-        (lambda s: s["trials"][0].__setitem__(0, -2), r"prompt 'a' has a negative number of rollouts"),
+        (lambda s: s["trials"].__setitem__(0, -2), r"prompt 'a' has a negative number of rollouts"),
         (lambda s: s["scored"].__setitem__(0, 1), r"prompt 'a' has fewer rollouts in total"),
         (lambda s: s["batch_failure_rates"].__setitem__(0, 2.25), r"failure rates \[2.25\] must each lie"),
         (lambda s: s["keys"].append("c"), "do not line up"),
@@ -87,7 +87,7 @@ def test_resume_refuses_a_poisoned_checkpoint_before_training(tmp_path, tokenize
     trainer_for(tmp_path, tokenizer, max_steps=2, save_strategy="steps", save_steps=2).train()
     path = tmp_path / "run" / "checkpoint-2" / TRACKER_STATE_NAME
     state = json.loads(path.read_text())
-    state["wins"][0][-1] = state["trials"][0][-1] + 3
+    state["wins"][0] = state["trials"][0] + 3
     path.write_text(json.dumps(state))
     resumed = trainer_for(tmp_path, tokenizer, max_steps=4, save_strategy="steps", save_steps=2)
     with pytest.raises(ValueError, match="more successes than rollouts"):

@@ -21,7 +21,7 @@ def launch(tmp_path, allocator, timeout=600):
     return subprocess.run(command, capture_output=True, text=True, timeout=timeout)
 
 
-@pytest.mark.parametrize("allocator", ["knapsack", "coba"])
+@pytest.mark.parametrize("allocator", ["knapsack", "coba", "knapsack-probe"])
 def test_two_processes_make_identical_allocations(tmp_path, allocator):
     result = launch(tmp_path, allocator)
     assert result.returncode == 0, result.stderr[-4000:]
@@ -42,15 +42,18 @@ def test_two_processes_make_identical_allocations(tmp_path, allocator):
     assert saved == first["tracker"]
 
     for mine, theirs in zip(first["batches"], second["batches"]):
-        keys = mine["my_keys"] + theirs["my_keys"]
-        rewards = np.array(mine["my_rewards"] + theirs["my_rewards"])
-        advantages = np.array(mine["my_advantages"] + theirs["my_advantages"])
-        for key, count in zip(mine["keys"], mine["counts"]):
-            assert mine["my_keys"].count(key) >= count // 2 and theirs["my_keys"].count(key) >= count // 2
-            rows = np.array([k == key for k in keys])
-            group = rewards[rows]  # GRPO's advantage over the whole group, computed by hand
-            expected = (group - group.mean()) / (group.std(ddof=1) + 1e-4)
-            np.testing.assert_allclose(advantages[rows], expected, atol=1e-5)
+        counts = np.array(mine["counts"])
+        rewards = np.empty(counts.sum())
+        rewards[mine["slot_order"]] = mine["all_rewards"]
+        expected = np.empty(counts.sum())  # GRPO's advantage over each prompt's whole group, computed by hand
+        for start, count in zip(np.cumsum(counts) - counts, counts):
+            group = rewards[start : start + count]
+            expected[start : start + count] = (group - group.mean()) / (group.std(ddof=1) + 1e-4)
+        prompt_of_slot = np.repeat(np.arange(counts.size), counts)
+        for rank in (mine, theirs):
+            np.testing.assert_allclose(rank["my_advantages"], expected[rank["my_slots"]], atol=1e-5)
+            held = np.bincount(prompt_of_slot[rank["my_slots"]], minlength=counts.size)
+            assert (held >= counts // 2).all()  # every prompt's rows are spread over both ranks
 
 
 def test_an_allocator_failure_stops_every_process(tmp_path):

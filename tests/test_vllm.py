@@ -59,10 +59,10 @@ class RecordingVLLMClient:
 class PlanRecordingTrainer(BudgetGRPOTrainer):
     plans = []
 
-    def _plan_rollouts(self, inputs):
-        plan = super()._plan_rollouts(inputs)
-        self.plans.append(plan)
-        return plan
+    def _generate_and_score_completions(self, inputs):
+        output = super()._generate_and_score_completions(inputs)
+        self.plans.append(self.last_rollout_plan)
+        return output
 
 
 def test_server_mode_asks_for_each_prompts_own_count(tmp_path, tokenizer, monkeypatch):
@@ -129,3 +129,24 @@ def test_colocate_mode_on_gpu(tmp_path, tokenizer):
     trainer.train()
     logs = [entry for entry in trainer.state.log_history if "budget/rollouts_mean" in entry]
     assert len(logs) == 4 and any(entry["budget/rollouts_std"] > 0 for entry in logs)
+
+
+def test_server_mode_with_a_probe_stage_sends_two_requests_per_batch(tmp_path, tokenizer, monkeypatch):
+    import trl.generation.vllm_generation as vllm_generation
+
+    monkeypatch.setattr(vllm_generation, "is_vllm_available", lambda: True)
+    monkeypatch.setattr(vllm_generation, "VLLMClient", RecordingVLLMClient)
+    RecordingVLLMClient.requests.clear()
+    PlanRecordingTrainer.plans.clear()
+    args = BudgetGRPOConfig(**config_kwargs(tmp_path, max_steps=4, use_vllm=True, vllm_mode="server",
+                                            budget_probe_generations=2))
+    trainer = PlanRecordingTrainer(model=build_tiny_model(tokenizer), reward_funcs=parity_reward, args=args,
+                                   train_dataset=make_dataset(), processing_class=tokenizer)
+    trainer.train()
+    requests, plans = RecordingVLLMClient.requests, PlanRecordingTrainer.plans
+    assert len(plans) == 4 and len(requests) == 2 * 4  # the probe, then the rest, for every generation batch
+    for (probe, rest), plan in zip(zip(requests[::2], requests[1::2]), plans):
+        prompt_ids = [tuple(tokenizer(row["prompt"])["input_ids"]) for row in plan.prompts]
+        assert probe["n"] == rest["n"] == 1
+        assert probe["prompts"] == [ids for ids in prompt_ids for _ in range(2)]
+        assert rest["prompts"] == [ids for ids, count in zip(prompt_ids, plan.counts) for _ in range(count - 2)]

@@ -24,18 +24,25 @@ def grouped_advantages(
         `(advantages, is_std_zero)`, one value per row.
     """
     rows, num_funcs = rewards_per_func.shape
-    group_of_row = torch.repeat_interleave(torch.arange(counts.numel(), device=counts.device), counts)
-    start = torch.cumsum(counts, 0) - counts
-    position = torch.arange(rows, device=counts.device) - start[group_of_row]
-    singleton = (counts == 1)[group_of_row]
+    groups, size = counts.numel(), int(counts.max())
+    equal = rows == groups * size  # every group has `size` rows: views and integer repeats, no scatter
+    repeats = size if equal else counts
+    singleton = (counts == 1).repeat_interleave(repeats)
+
+    def expand(per_group: torch.Tensor) -> torch.Tensor:  # one value per group -> one per row
+        return per_group.repeat_interleave(repeats, dim=0)
 
     def pad(values: torch.Tensor) -> torch.Tensor:
-        padded = values.new_full((counts.numel(), int(counts.max()), *values.shape[1:]), float("nan"))
+        if equal:
+            return values.view(groups, size, *values.shape[1:])
+        group_of_row = torch.repeat_interleave(torch.arange(groups, device=counts.device), counts)
+        position = torch.arange(rows, device=counts.device) - (torch.cumsum(counts, 0) - counts)[group_of_row]
+        padded = values.new_full((groups, size, *values.shape[1:]), float("nan"))
         padded[group_of_row, position] = values
         return padded
 
     def group_std(padded: torch.Tensor) -> torch.Tensor:
-        std = nanstd(padded, dim=1, keepdim=True)[group_of_row, 0]
+        std = expand(nanstd(padded, dim=1, keepdim=True)[:, 0])
         return torch.where(singleton.view(-1, *[1] * (std.ndim - 1)), torch.zeros_like(std), std)
 
     unscorable = torch.isnan(rewards_per_func).all(dim=1)
@@ -44,7 +51,7 @@ def grouped_advantages(
         rewards = (rewards_per_func * weights).nansum(dim=1)
         rewards[unscorable] = torch.nan
         padded = pad(rewards)
-        mean = torch.nanmean(padded, dim=1)[group_of_row]
+        mean = expand(torch.nanmean(padded, dim=1))
         if scale_rewards in ("group", "none"):
             std = group_std(padded)
         elif scale_rewards == "batch":
@@ -56,7 +63,7 @@ def grouped_advantages(
             advantages = advantages / (std + 1e-4)
     elif aggregation == "normalize_then_sum":
         padded = pad(rewards_per_func)
-        mean_k = torch.nanmean(padded, dim=1, keepdim=True)[group_of_row, 0]
+        mean_k = expand(torch.nanmean(padded, dim=1, keepdim=True)[:, 0])
         reward_k = (rewards_per_func - mean_k) / (group_std(padded) + 1e-4)
         rewards = (reward_k * weights).nansum(dim=1)
         rewards[unscorable] = torch.nan

@@ -138,6 +138,127 @@ def take_largest_gains(gains: np.ndarray, curve_of_prompt: np.ndarray, lower: np
     return counts
 
 
+# Above this many (distinct curve x level) gains, curves that are sums of exponentials are solved by a threshold search.
+DENSE_GAINS_LIMIT = 2_000_000
+
+
+def take_largest_gains_by_threshold(terms, lower: np.ndarray, width: int, spare: int) -> np.ndarray:
+    """The same counts as `take_largest_gains`, for gains `g_i(n) = c_i a_i^n + d_i b_i^n`, without a gain matrix.
+
+    A prompt's number of gains above a threshold has a closed form up to a level or two, which a few exact evaluations
+    settle. A search on the threshold narrows the spare-th largest gain down to a band of a few thousand gains, which
+    are then ranked one by one (ties at the threshold to the lowest prompt index, as `take_largest_gains`).
+
+    Args:
+        terms: `(c, a, d, b)` arrays, one entry per prompt, with `c, d >= 0` and bases in (0, 1).
+        lower, width: each prompt's count starts at `lower` and stays below `width` (levels `lower ... width - 1`).
+        spare: how many gains to take.
+    """
+    curve = _ExponentialSum(*terms)
+    lower = np.asarray(lower, dtype=np.int64)
+    upper = np.full(lower.size, width, dtype=np.int64)
+    spare = min(spare, int((upper - lower).sum()))
+
+    def above(threshold: float) -> np.ndarray:  # per prompt, how many of its gains exceed `threshold`
+        # Prompts taking as many gains at both ends of the bracket take that many at any threshold inside it.
+        taken = taken_at_top.copy()
+        open_ = np.flatnonzero(taken_at_top != taken_at_bottom)
+        taken[open_] = np.clip(curve.levels_above(threshold, open_), lower[open_], upper[open_]) - lower[open_]
+        return taken
+
+    # Above the largest gain nothing is taken; below half the smallest, everything. A dense look at every k-th prompt
+    # tells roughly where the threshold lies: probe around it first, so that both ends of the bracket move.
+    high, low = math.log(curve.gain(lower).max()), math.log(curve.gain(upper - 1).min() / 2)
+    taken_at_top, taken_at_bottom = np.zeros_like(lower), upper - lower
+    band_limit = max(4096, lower.size // 8)
+    step = max(1, lower.size // 1024)
+    sampled = np.arange(0, lower.size, step)
+    levels = np.arange(width)
+    sample_gains = np.where((levels >= lower[sampled, None]) & (levels < upper[sampled, None]),
+                            curve.gain(levels[None, :], sampled[:, None]), -np.inf).ravel()
+    sample_gains = np.sort(sample_gains[np.isfinite(sample_gains) & (sample_gains > 0)])[::-1]
+    rank = spare / step
+    for share in (0.9, 1.1):  # from the higher threshold to the lower
+        probe = math.log(sample_gains[min(int(rank * share), sample_gains.size - 1)])
+        if low < probe < high:
+            taken = above(math.exp(probe))
+            if taken.sum() >= spare:
+                low, taken_at_bottom = probe, taken
+            else:
+                high, taken_at_top = probe, taken
+    while (band := int(taken_at_bottom.sum() - taken_at_top.sum())) > band_limit:
+        slope = band / (high - low)  # gains per unit of log-threshold, on average over the bracket
+        estimate = high - (spare - taken_at_top.sum()) / slope
+        probes = [estimate + 0.25 * band_limit / slope, estimate - 0.25 * band_limit / slope]
+        if band < 4 * band_limit:  # interpolation alone may creep towards one side; halve the bracket too
+            probes.append((high + low) / 2)
+        moved = False
+        for probe in sorted(probes, reverse=True):
+            if not low < probe < high:
+                continue
+            taken = above(math.exp(probe))
+            if taken.sum() >= spare:
+                low, taken_at_bottom = probe, taken
+            else:
+                high, taken_at_top = probe, taken
+            moved = True
+        if not moved:
+            break
+    # Rank the gains of the band one by one: levels from above(high) to above(low) of each prompt.
+    start, stop = taken_at_top, np.maximum(taken_at_bottom, taken_at_top)
+    prompt_of = np.repeat(np.arange(lower.size), stop - start)
+    offsets = np.arange(prompt_of.size) - np.repeat(np.cumsum(stop - start) - (stop - start), stop - start)
+    level = lower[prompt_of] + start[prompt_of] + offsets
+    gains = curve.gain(level, prompt_of)
+    order = np.lexsort((level, prompt_of, -gains))[: spare - int(start.sum())]
+    return lower + start + np.bincount(prompt_of[order], minlength=lower.size)
+
+
+class _ExponentialSum:
+    """Gains `c a^n + d b^n` per prompt, with the base `a >= b`; counts of levels above a threshold."""
+
+    def __init__(self, c, a, d, b):
+        c, a, d, b = (np.broadcast_to(np.asarray(x, dtype=np.float64), np.shape(c)).ravel() for x in (c, a, d, b))
+        swap = b > a
+        self.c, self.a = np.where(swap, d, c), np.where(swap, b, a)
+        self.d, self.b = np.where(swap, c, d), np.where(swap, a, b)
+        self.log_a = np.log(self.a)
+        with np.errstate(divide="ignore"):
+            self.log_ratio = np.log(self.b) - self.log_a  # log(b / a) <= 0; -inf where b = 0
+
+    def gain(self, level: np.ndarray, prompt: np.ndarray | None = None) -> np.ndarray:
+        index = slice(None) if prompt is None else prompt
+        return self.c[index] * self.a[index] ** level + self.d[index] * self.b[index] ** level
+
+    def levels_above(self, threshold: float, prompts: np.ndarray) -> np.ndarray:
+        """For each of `prompts`, the number of levels n >= 0 with gain(n) > threshold."""
+        # The larger base dominates: c a^n <= gain(n) <= (c + d (b/a)^m) a^n for n >= m, so the count lies between
+        # the closed forms of those two bounds (usually equal); exact gains settle it, and any rounding in the logs.
+        c, d, log_a = self.c[prompts], self.d[prompts], self.log_a[prompts]
+        count = self._closed_form(c, log_a, threshold)
+        exponent = np.multiply(count, self.log_ratio[prompts], out=np.zeros(count.size), where=count > 0)
+        shrink = np.exp(exponent)  # (b / a)^count
+        most = np.maximum(count, self._closed_form(c + d * shrink, log_a, threshold))
+        # The answer lies in [low, high], with one level of slack for rounding in the logarithms.
+        low, high = np.maximum(count - 1, 0), most + 1
+        unsettled = np.arange(prompts.size)
+        while unsettled.size:  # bisection on the prompts whose bracket is still open
+            middle = (low[unsettled] + high[unsettled]) // 2
+            is_above = self.gain(middle, prompts[unsettled]) > threshold
+            low[unsettled[is_above]] = middle[is_above] + 1
+            high[unsettled[~is_above]] = middle[~is_above]
+            unsettled = unsettled[low[unsettled] < high[unsettled]]
+        return low
+
+    @staticmethod
+    def _closed_form(scale: np.ndarray, log_base: np.ndarray, threshold: float) -> np.ndarray:
+        """Number of levels n >= 0 with scale * base^n > threshold."""
+        with np.errstate(divide="ignore", invalid="ignore"):
+            bound = (math.log(threshold) - np.log(scale)) / log_base
+        count = np.where(scale > threshold, np.ceil(np.nan_to_num(bound, nan=0.0, posinf=1e9)), 0.0)
+        return np.clip(count, 0, 1e9).astype(np.int64)
+
+
 def allocate_by_curves(features: np.ndarray, lower: np.ndarray, width: int, gain_curves, spare: int) -> np.ndarray:
     """Exact greedy optimum for prompts whose gain curves are described by rows of `features`.
 
@@ -154,6 +275,8 @@ def allocate_by_curves(features: np.ndarray, lower: np.ndarray, width: int, gain
         return lower.copy()
     width = min(width, int(lower.max()) + spare)  # no prompt can rise by more than the spare budget
     keys, curve_of_prompt = _distinct_rows(np.column_stack([lower, features]))
+    if hasattr(gain_curves, "exponential_terms") and keys.shape[0] * width > DENSE_GAINS_LIMIT:
+        return take_largest_gains_by_threshold(gain_curves.exponential_terms(features), lower, width, spare)
     lo = keys[:, :1]
     levels = np.arange(width, dtype=np.float64)
     gains = np.where(levels >= lo, gain_curves(keys[:, 1:], levels, lo), np.inf)
@@ -370,11 +493,21 @@ class KnapsackAllocator(_BoundedAllocator):
         counts = np.where(np.isnan(rates), default, counts)
         return np.clip(counts, self.min_generations, self.max_generations).astype(np.int64)
 
-    @staticmethod
-    def _gains(pass_rates: np.ndarray, levels: np.ndarray, lower: np.ndarray) -> np.ndarray:
-        p = pass_rates
-        q = 1.0 - p
-        return p * q**2 * (p**levels * q + q**levels * p)
+    class _Gains:
+        """Marginal gains V(N + 1) - V(N) = p q^2 (p^N q + q^N p): a sum of two exponentials in N."""
+
+        def __call__(self, pass_rates: np.ndarray, levels: np.ndarray, lower: np.ndarray) -> np.ndarray:
+            p = pass_rates
+            q = 1.0 - p
+            return p * q**2 * (p**levels * q + q**levels * p)
+
+        @staticmethod
+        def exponential_terms(pass_rates: np.ndarray):
+            p = np.asarray(pass_rates, dtype=np.float64).ravel()
+            q = 1.0 - p
+            return p * q**3, p, p**2 * q**2, q
+
+    _gains = _Gains()
 
     def allocate(self, pass_rates, budget: int, failure_rate: float | None = None) -> np.ndarray:
         rates = self._check_request(pass_rates, budget, failure_rate)
@@ -545,6 +678,10 @@ class _SaturationCurve:
     def weight_and_rate(self, p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         weight = np.exp((self.alpha - 1.0) * np.log(p) + (self.beta - 1.0) * np.log1p(-p) - self._log_norm)
         return weight, p * (1.0 - p) / self.tau
+
+    def exponential_terms(self, p: np.ndarray):
+        weight, rate = self.weight_and_rate(np.asarray(p, dtype=np.float64).ravel())
+        return weight * -np.expm1(-rate), np.exp(-rate), np.zeros_like(rate), np.zeros_like(rate)
 
     def __call__(self, p: np.ndarray, levels: np.ndarray, lower: np.ndarray) -> np.ndarray:
         """Marginal gains V(N + 1) - V(N) = w exp(-N c) (1 - exp(-c)), a geometric sequence in N."""

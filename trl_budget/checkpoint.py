@@ -26,8 +26,9 @@ def write_json_atomically(path: str | os.PathLike, data: Any) -> None:
     path = os.fspath(path)
     temporary = f"{path}.tmp-{os.getpid()}"
     try:
+        text = json.dumps(data, separators=(",", ":"))  # one call of the C encoder; json.dump streams in Python
         with open(temporary, "w") as f:
-            json.dump(data, f, separators=(",", ":"))
+            f.write(text)
             f.flush()
             os.fsync(f.fileno())
         os.replace(temporary, path)

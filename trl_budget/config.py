@@ -95,6 +95,16 @@ class BudgetGRPOConfig(GRPOConfig):
         coba_exploration_share (`float`, *optional*, defaults to `0.7`):
             Share of the spare budget optimised over exploration prompts under the bucket rule.
 
+        > Parameters of the probe stage
+
+        budget_probe_generations (`int`, *optional*, defaults to `0`):
+            Rollouts of every prompt in a first (probe) stage of each generation batch, within the same budget: they
+            are scored, each prompt's pass rate is re-estimated from them and its history, and the allocator spreads
+            the rest of the budget. At most `min_generations`. 0: no probe stage.
+        budget_probe_history_weight (`float`, *optional*, defaults to `0.5`):
+            Weight of one past rollout against one probe rollout in that estimate (the mean of a Beta posterior whose
+            prior is the discounted history).
+
         > Parameters that control the advantages
 
         advantage_clip (`float` or `None`, *optional*, defaults to `None`):
@@ -186,6 +196,16 @@ class BudgetGRPOConfig(GRPOConfig):
         metadata={"help": "Share of the spare budget optimised over exploration prompts under the bucket rule."},
     )
 
+    budget_probe_generations: int = field(
+        default=0,
+        metadata={"help": "Rollouts of every prompt in a first (probe) stage of each generation batch; the allocator "
+                  "then spreads the rest of the budget from pass rates that include the probe. 0: no probe stage."},
+    )
+    budget_probe_history_weight: float = field(
+        default=0.5,
+        metadata={"help": "With a probe stage, the weight of one past rollout against one probe rollout in the fresh "
+                  "pass rate (past rollouts come from an older policy)."},
+    )
     advantage_clip: float | None = field(
         default=None,
         metadata={"help": "Clip the grouped advantages to [-advantage_clip, advantage_clip]. None: no clipping, as "
@@ -218,6 +238,16 @@ class BudgetGRPOConfig(GRPOConfig):
             raise ValueError(
                 f"success_reward_func={self.success_reward_func} is not a reward function index; give the index "
                 "(from 0) or the name of one of the trainer's reward_funcs, or None for their weighted sum."
+            )
+        if not 0 <= self.budget_probe_generations <= self.min_generations:
+            raise ValueError(
+                f"budget_probe_generations={self.budget_probe_generations} must lie between 0 (no probe stage) and "
+                f"min_generations={self.min_generations}: the probe's rollouts are part of every prompt's count. "
+                "Lower it, or raise min_generations."
+            )
+        if not self.budget_probe_history_weight >= 0:
+            raise ValueError(
+                f"budget_probe_history_weight must be 0 or more, got {self.budget_probe_history_weight}."
             )
         self.make_allocator()
         self.make_tracker()

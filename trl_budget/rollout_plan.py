@@ -50,19 +50,16 @@ def balanced_slot_order(counts: np.ndarray, processes: int, seed: int) -> np.nda
 class RolloutPlan:
     """One generation batch's allocation, identical on every process."""
 
-    prompts: list[dict[str, Any]]  # one input row per distinct prompt slot, in batch order
+    prompts: list[dict[str, Any]]  # one input row per distinct prompt, in batch order
     keys: list[str]
-    pass_rates: np.ndarray
+    pass_rates: np.ndarray  # what the allocator saw (with a probe stage: history and probe together)
     failure_rate: float | None
-    counts: np.ndarray
-    slot_order: np.ndarray  # slot_order[row]: the plan slot that row `row` of the batch (process by process) generates
+    counts: np.ndarray  # rollouts of each prompt, probe included
+    slot_order: np.ndarray  # the plan slot of every row of the batch, stage by stage and process by process
+    history_rates: np.ndarray | None = None  # pass rates from history alone
+    history_counts: np.ndarray | None = None  # with a probe stage, the allocation the history alone gave
+    probe_generations: int = 0  # rollouts of each prompt in the probe stage
 
     def rows(self) -> list[dict[str, Any]]:
         """The batch's rollout slots, prompt by prompt."""
         return [row for row, count in zip(self.prompts, self.counts) for _ in range(count)]
-
-    def rows_of_process(self, process: int, rows_per_process: int) -> list[dict[str, Any]]:
-        """The slots that one process generates."""
-        slots = self.rows()
-        mine = self.slot_order[process * rows_per_process : (process + 1) * rows_per_process]
-        return [slots[slot] for slot in mine]

@@ -188,33 +188,38 @@ class CapabilityTracker:
 
     def pass_rates(self, keys: Sequence[Hashable]) -> np.ndarray:
         """Pass rate of each key from its recent visits; NaN for a key with fewer than `min_rollouts` scored."""
+        wins, trials = self.evidence(keys)
+        return np.divide(wins, trials, out=np.full(len(keys), np.nan), where=trials > 0)
+
+    def evidence(self, keys: Sequence[Hashable]) -> tuple[np.ndarray, np.ndarray]:
+        """The successes and rollouts that each key's pass rate is computed from (0 and 0 below `min_rollouts`)."""
         rows = np.fromiter((self._row_of.get(str(key), -1) for key in keys), dtype=np.int64, count=len(keys))
-        rates = np.full(len(keys), np.nan)
+        wins, trials = np.zeros(len(keys)), np.zeros(len(keys))
         known = rows >= 0
         known[known] = self._scored[rows[known]] >= self.min_rollouts
-        rows = rows[known]
-        if rows.size:
-            rates[known] = self._pass_rates_of_rows(rows)
-        return rates
+        if known.any():
+            wins[known], trials[known] = self._evidence_of_rows(rows[known])
+        return wins, trials
 
-    def _pass_rates_of_rows(self, rows: np.ndarray) -> np.ndarray:
+    def _evidence_of_rows(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         wins, trials = self._wins[rows].astype(np.int64), self._trials[rows].astype(np.int64)
         if not self.rollout_pool:
-            return wins.sum(axis=1) / trials.sum(axis=1)
+            return wins.sum(axis=1), trials.sum(axis=1)
         last_wins, last_trials = wins[:, -1], trials[:, -1]
         in_window = self._scored[rows] if self._visits_kept == 1 else trials.sum(axis=1)
         latest = np.minimum(self.rollout_pool, in_window)
         masks = ((np.ones(rows.size, dtype=np.uint64) << latest.astype(np.uint64)) - np.uint64(1))
         masks[latest >= 64] = np.iinfo(np.uint64).max
-        pooled = _count_bits(self._recent[rows] & masks) / latest
-        return np.where(last_trials >= self.rollout_pool, last_wins / last_trials, pooled)
+        pooled_wins = _count_bits(self._recent[rows] & masks)
+        whole_visit = last_trials >= self.rollout_pool
+        return np.where(whole_visit, last_wins, pooled_wins), np.where(whole_visit, last_trials, latest)
 
     @property
     def failure_rate(self) -> float | None:
         """Moving average of 1 - mean pass rate over the last batches; None before the first update."""
         if not self._batch_failure_rates:
             return None
-        return float(np.mean(self._batch_failure_rates))
+        return sum(self._batch_failure_rates) / len(self._batch_failure_rates)
 
     # ------------------------------------------------------------------------------------------------- state
 
@@ -222,8 +227,8 @@ class CapabilityTracker:
         """Plain JSON-serialisable state (no pickle), for saving with a checkpoint.
 
         Columns, one entry per prompt in `keys` order: `scored` (rollouts over every visit), `recent` (latest outcomes
-        as an integer of bits, the newest in bit 0), and `wins` / `trials` of the latest visits (oldest first; 0 trials
-        means no visit).
+        as an integer of bits, the newest in bit 0), and `wins` / `trials` of its latest visits, prompt after prompt
+        (the visits kept per prompt follow from the settings; oldest first; 0 trials means no visit).
         """
         size = len(self._row_of)
         return {
@@ -232,8 +237,8 @@ class CapabilityTracker:
             "keys": list(self._row_of),
             "scored": self._scored[:size].tolist(),
             "recent": self._recent[:size].tolist(),
-            "wins": self._wins[:size].tolist(),
-            "trials": self._trials[:size].tolist(),
+            "wins": self._wins[:size].ravel().tolist(),
+            "trials": self._trials[:size].ravel().tolist(),
             "batch_failure_rates": list(self._batch_failure_rates),
         }
 
@@ -274,6 +279,8 @@ def _checked_columns(state: dict[str, Any], visits_kept: int, rollout_pool: int 
         recent_values = state["recent"]
         wins = np.asarray(state["wins"], dtype=np.int64)
         trials = np.asarray(state["trials"], dtype=np.int64)
+        if wins.size == trials.size == len(keys) * visits_kept:
+            wins, trials = wins.reshape(len(keys), visits_kept), trials.reshape(len(keys), visits_kept)
         failure_rates = np.asarray(state["batch_failure_rates"], dtype=np.float64).reshape(-1)
     except (KeyError, TypeError, ValueError) as error:
         raise ValueError(f"the saved tracker state is incomplete or malformed ({type(error).__name__}: {error}).")

@@ -28,6 +28,7 @@ from .advantages import grouped_advantages
 from .allocators import Allocator
 from .checkpoint import TRACKER_STATE_NAME, load_tracker_state, write_json_atomically
 from .config import BudgetGRPOConfig
+from .probe import fresh_pass_rates, merge_outputs, stage_slots
 from .rollout_plan import RolloutPlan, balanced_slot_order, checked_allocation
 from .tracker import CapabilityTracker, prompt_key
 
@@ -112,6 +113,13 @@ class BudgetGRPOTrainer(GRPOTrainer):
         self._success_reward_index = success_reward_index(args.success_reward_func, reward_funcs)
         self._extreme_batches = 0  # consecutive batches whose rollouts were all solved, or all failed
         prompts_per_batch = args.generation_batch_size // args.num_generations
+        if (prompts_per_batch * args.budget_probe_generations) % args.world_size:
+            raise ValueError(
+                f"budget_probe_generations={args.budget_probe_generations} gives {prompts_per_batch} prompts x "
+                f"{args.budget_probe_generations} = {prompts_per_batch * args.budget_probe_generations} probe rollouts "
+                f"per generation batch, which {args.world_size} processes cannot share evenly. Choose a probe size "
+                "that makes that product a multiple of the number of processes."
+            )
         checked_allocation(  # a broken allocator fails here, before any model is loaded
             self.allocator, np.full(prompts_per_batch, np.nan), args.generation_batch_size, None,
             (args.min_generations, args.max_generations),
@@ -143,35 +151,53 @@ class BudgetGRPOTrainer(GRPOTrainer):
         return identity
 
     def _prompt_key(self, row: dict[str, Any]) -> str:
-        identity = self._prompt_identity(row)
+        return self._key_of(self._prompt_identity(row))
+
+    def _key_of(self, identity: Any) -> str:
         return prompt_key(identity) if self.args.prompt_id_column is None else str(identity)
 
-    def _plan_rollouts(self, inputs: list[dict[str, Any]]) -> RolloutPlan:
+    def _gather_prompts(self, inputs: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
+        """The batch's distinct prompts, from all processes, and their keys."""
         all_rows = gather_object(inputs)
         group = self.num_generations
-        row_keys = [self._prompt_key(row) for row in all_rows]
-        keys = row_keys[::group]
-        if any(row_keys[i] != keys[i // group] for i in range(len(row_keys))):
+        prompts = all_rows[::group]
+        identities = [self._prompt_identity(row) for row in prompts]
+        if any(self._prompt_identity(row) != identities[i // group] for i, row in enumerate(all_rows)):
             raise RuntimeError(
                 "BudgetGRPOTrainer expects each prompt to arrive num_generations times in a row, as TRL's "
                 "RepeatSampler lays them out; a custom sampler or data collator broke that layout."
             )
-        pass_rates = self.tracker.pass_rates(keys)
-        failure_rate = self.tracker.failure_rate
-        decision = [None, None]  # (counts, error): the outcome travels, so a failure stops every rank at once
+        return prompts, [self._key_of(identity) for identity in identities]
+
+    def _allocate(self, pass_rates: np.ndarray, budget: int, failure_rate, history_rates=None):
+        """The main process's allocation, on every process; with `history_rates`, also the allocation they give."""
+        decision = [None, None, None]  # (counts, error, counts from history): a failure stops every rank at once
         if self.accelerator.is_main_process:
             bounds = (self.args.min_generations, self.args.max_generations)
             try:
-                decision[0] = checked_allocation(self.allocator, pass_rates, len(all_rows), failure_rate, bounds)
+                decision[0] = checked_allocation(self.allocator, pass_rates, budget, failure_rate, bounds)
+                if history_rates is not None:  # what the probe changed, for the logs
+                    decision[2] = checked_allocation(self.allocator, history_rates, budget, failure_rate, bounds)
             except Exception as error:  # noqa: BLE001 - re-raised below, on every rank
                 decision[1] = f"{type(error).__name__}: {error}"
         broadcast_object_list(decision, from_process=0)  # every rank follows the main process's decision
-        counts, error = decision
+        counts, error, history_counts = decision
         if error is not None:
             raise RuntimeError(f"Rollout allocation failed on the main process, so every process stops: {error}")
-        seed = self.args.seed * 1_000_003 + self.state.global_step
-        slot_order = balanced_slot_order(counts, self.accelerator.num_processes, seed)
-        return RolloutPlan(all_rows[::group], keys, pass_rates, failure_rate, counts, slot_order)
+        return counts, history_counts
+
+    def _generate_stage(self, prompts: list[dict[str, Any]], stage_counts: np.ndarray, seed: int):
+        """TRL's generation and scoring of `stage_counts[i]` rollouts of each prompt, dealt over the processes.
+
+        Returns this process's output, the stage's slot of every row (process by process), and the gathered rewards.
+        """
+        order = balanced_slot_order(stage_counts, self.accelerator.num_processes, seed)
+        prompt_of_slot = np.repeat(np.arange(len(prompts)), stage_counts)
+        local = len(order) // self.accelerator.num_processes
+        rank = self.accelerator.process_index
+        mine = [prompts[prompt_of_slot[slot]] for slot in order[rank * local : (rank + 1) * local]]
+        output = super()._generate_and_score_completions(mine)
+        return output, order, self._gathered_rewards
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         # Keeps the gathered rewards so that advantages can be recomputed over variable-size groups.
@@ -189,37 +215,80 @@ class BudgetGRPOTrainer(GRPOTrainer):
         # TRL groups rows by a fixed num_generations; this re-lays the rows by allocation, then redoes the grouping.
         if not self.model.training:  # evaluation keeps TRL's uniform num_generations_eval
             return super()._generate_and_score_completions(inputs)
-        plan = self.last_rollout_plan = self._plan_rollouts(inputs)
-        rank, local = self.accelerator.process_index, len(inputs)
-        output = super()._generate_and_score_completions(plan.rows_of_process(rank, local))
+        prompts, keys = self._gather_prompts(inputs)
+        budget, probe = len(inputs) * self.accelerator.num_processes, self.args.budget_probe_generations
+        history_rates, failure_rate = self.tracker.pass_rates(keys), self.tracker.failure_rate
+        seed = self.args.seed * 1_000_003 + self.state.global_step
+        probe_counts = np.full(len(prompts), probe)
+        stages = []  # (output, stage counts, slot of each row within the stage, gathered rewards)
+        if probe:  # the probe stage: k rollouts of every prompt, scored, then fresh pass rates
+            stages.append((*self._generate_stage(prompts, probe_counts, seed), probe_counts))
+            wins, trials = self._successes_per_prompt(stages[0][2], stages[0][1], probe_counts)
+            pass_rates = fresh_pass_rates(*self.tracker.evidence(keys), wins, trials,
+                                          self.args.budget_probe_history_weight)
+            counts, history_counts = self._allocate(pass_rates, budget, failure_rate, history_rates)
+        else:
+            pass_rates, history_counts = history_rates, None
+            counts, _ = self._allocate(pass_rates, budget, failure_rate)
+        if (counts > probe_counts).any():
+            stages.append((*self._generate_stage(prompts, counts - probe_counts, seed + 1), counts - probe_counts))
 
-        # Rewards arrive gathered in row order (process by process); groups are contiguous in plan order.
-        slot_order = torch.as_tensor(plan.slot_order, device=self._gathered_rewards.device)
-        rewards_per_func = torch.empty_like(self._gathered_rewards)
-        rewards_per_func[slot_order] = self._gathered_rewards
+        # Where each row's rollout sits in the plan (each prompt's slots contiguous, the probe's first), stage by stage
+        # and process by process, as TRL gathered the rewards.
+        offsets = [np.zeros_like(counts), probe_counts][: len(stages)]
+        row_slots = [stage_slots(counts, stage_counts, offset)[order]
+                     for (_, order, _, stage_counts), offset in zip(stages, offsets)]
+        plan = self.last_rollout_plan = RolloutPlan(prompts, keys, pass_rates, failure_rate, counts,
+                                                    np.concatenate(row_slots), history_rates, history_counts, probe)
+        gathered = torch.cat([gathered for _, _, gathered, _ in stages])
+        rewards_per_func = torch.empty_like(gathered)
+        rewards_per_func[torch.as_tensor(plan.slot_order, device=gathered.device)] = gathered
         device = rewards_per_func.device
-        counts = torch.as_tensor(plan.counts, device=device)
         advantages, is_std_zero = grouped_advantages(
-            rewards_per_func, counts, self.reward_weights, self.scale_rewards, self.multi_objective_aggregation
+            rewards_per_func, torch.as_tensor(counts, device=device), self.reward_weights, self.scale_rewards,
+            self.multi_objective_aggregation,
         )
         if self.args.advantage_clip is not None:
             advantages = advantages.clamp(-self.args.advantage_clip, self.args.advantage_clip)
-        advantages_by_row = advantages[slot_order]
-        output["advantages"] = advantages_by_row[rank * local : (rank + 1) * local]
+
+        rank, processes = self.accelerator.process_index, self.accelerator.num_processes
+        my_slots = np.concatenate([slots.reshape(processes, -1)[rank] for slots in row_slots])
+        output = stages[0][0]
+        for later, *_ in stages[1:]:
+            output = merge_outputs(output, later, getattr(self, "_tokenizer", self.processing_class).pad_token_id)
+        output["advantages"] = advantages[torch.as_tensor(my_slots, device=device)]
         self._metrics["train"]["frac_reward_zero_std"][-1] = is_std_zero.float().mean().item()
         logged_advantages = self._logs["advantages"]
         for _ in range(min(advantages.numel(), len(logged_advantages))):
             logged_advantages.pop()
-        logged_advantages.extend(advantages_by_row.tolist())
+        logged_advantages.extend(advantages[torch.as_tensor(plan.slot_order, device=device)].tolist())
 
         rewards = (rewards_per_func * self.reward_weights.to(device).unsqueeze(0)).nansum(dim=1)
         rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
-        column = self._success_reward_index
-        success_rewards = rewards if column is None else rewards_per_func[:, column]
-        batch_failure_rate = self.tracker.update(np.repeat(plan.keys, plan.counts), success_rewards.cpu().numpy())
+        batch_failure_rate = self.tracker.update(np.repeat(keys, counts), self._success_rewards(rewards_per_func))
         self._warn_if_success_never_varies(batch_failure_rate)
         self._record_budget_metrics(plan, rewards, advantages)
         return output
+
+    def _success_rewards(self, rewards_per_func: torch.Tensor) -> np.ndarray:
+        """The reward that decides success: the weighted sum, or that of `success_reward_func`; NaN if unscored."""
+        column = self._success_reward_index
+        if column is not None:
+            return rewards_per_func[:, column].cpu().numpy()
+        weights = self.reward_weights.to(rewards_per_func.device).unsqueeze(0)
+        rewards = (rewards_per_func * weights).nansum(dim=1)
+        rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
+        return rewards.cpu().numpy()
+
+    def _successes_per_prompt(self, gathered: torch.Tensor, order: np.ndarray, stage_counts: np.ndarray):
+        """Successes and scored rollouts of each prompt in one stage (rows gathered in `order`)."""
+        rewards = np.empty(len(order))
+        rewards[order] = self._success_rewards(gathered)
+        prompt_of_slot = np.repeat(np.arange(stage_counts.size), stage_counts)
+        scored = ~np.isnan(rewards)
+        wins = np.bincount(prompt_of_slot[scored], rewards[scored] >= self.tracker.success_threshold,
+                           minlength=stage_counts.size)
+        return wins, np.bincount(prompt_of_slot[scored], minlength=stage_counts.size).astype(np.float64)
 
     def _warn_if_success_never_varies(self, batch_failure_rate: float | None) -> None:
         """Warn once when every rollout of many batches in a row was judged solved, or every one failed."""
@@ -263,6 +332,11 @@ class BudgetGRPOTrainer(GRPOTrainer):
         if callable(allocator_metrics):  # the allocator's own view of the batch, e.g. CoBA-RL's alpha
             for name, value in allocator_metrics(plan.pass_rates, plan.failure_rate).items():
                 metrics[f"budget/{name}"].append(float(value))
+        if plan.probe_generations:
+            metrics["budget/probe_share"].append(plan.probe_generations * len(plan.counts) / float(plan.counts.sum()))
+            if plan.history_counts is not None:  # share of the budget the probe moved to other prompts
+                moved = np.abs(plan.counts - plan.history_counts).sum() / (2.0 * plan.counts.sum())
+                metrics["budget/probe_moved_share"].append(float(moved))
         self._budget_history["rollouts_per_prompt"].extend(plan.counts.tolist())
         self._budget_history["pass_rates"].extend(plan.pass_rates[~np.isnan(plan.pass_rates)].tolist())
 

@@ -1,0 +1,114 @@
+"""The package's shape: a numpy core that needs no TRL, the allocator registry, dotted paths, a light CLI."""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from helpers import make_trainer
+
+from trl_budget import BudgetGRPOConfig, UniformAllocator, allocator_names, register_allocator
+
+# Makes any import of the heavy frameworks fail, as on a machine without them.
+BLOCK_FRAMEWORKS = """
+import sys
+class Blocked:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in {"torch", "transformers", "trl", "accelerate", "datasets", "peft"}:
+            raise ImportError(f"{name} is not installed here")
+sys.meta_path.insert(0, Blocked())
+"""
+
+
+def run_python(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", BLOCK_FRAMEWORKS + code], capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_allocators_and_tracker_work_without_trl_torch_or_transformers():
+    result = run_python("""
+import numpy as np
+from trl_budget import CapabilityTracker, KnapsackAllocator, register_allocator
+tracker = CapabilityTracker(min_rollouts=2)
+tracker.update(["a"] * 4 + ["b"] * 4, [1, 0, 0, 0, 1, 1, 1, 0])
+rates = tracker.pass_rates(["a", "b", "c"])
+print(KnapsackAllocator(2, 16, default_generations=4).allocate(rates, 12).tolist())
+try:
+    from trl_budget import BudgetGRPOConfig
+except ImportError as error:
+    print("the trainer needs TRL:", error)
+""")
+    assert result.returncode == 0, result.stderr
+    counts, refusal = result.stdout.splitlines()
+    assert sum(eval(counts)) == 12
+    assert refusal.startswith("the trainer needs TRL")
+
+
+def test_the_command_line_help_loads_no_framework():
+    result = run_python("""
+from trl_budget.cli import main
+try:
+    main(["demo", "--help"])
+except SystemExit as done:
+    assert done.code == 0
+""")
+    assert result.returncode == 0, result.stderr
+    assert "--allocator" in result.stdout
+
+
+class EveryOtherPrompt:
+    """A user's allocator: more rollouts for every other prompt."""
+
+    def __init__(self, min_generations, max_generations, extra=2):
+        self.min_generations, self.max_generations, self.extra = min_generations, max_generations, extra
+
+    def __call__(self, pass_rates, budget, failure_rate=None):
+        counts = UniformAllocator(self.min_generations, self.max_generations).allocate(pass_rates, budget)
+        shift = min(self.extra, int(counts.min()) - self.min_generations)
+        counts[0::2] += shift
+        counts[1::2] -= shift
+        return counts
+
+    def metrics(self, pass_rates, failure_rate=None):
+        return {"extra": float(self.extra)}
+
+
+def test_a_registered_allocator_is_chosen_by_name_with_its_options(tmp_path, tokenizer):
+    register_allocator("every_other")(EveryOtherPrompt)
+    assert "every_other" in allocator_names()
+    trainer = make_trainer(tmp_path, tokenizer, budget_allocator="every_other", budget_allocator_kwargs='{"extra": 1}',
+                           max_steps=2)
+    assert isinstance(trainer.allocator, EveryOtherPrompt) and trainer.allocator.extra == 1
+    trainer.train()
+    logs = [entry for entry in trainer.state.log_history if "budget/extra" in entry]
+    assert len(logs) == 2 and all(entry["budget/rollouts_min"] == 3 for entry in logs)
+
+
+def test_an_allocator_by_dotted_path(tmp_path):
+    config = BudgetGRPOConfig(str(tmp_path), use_cpu=True, report_to=[], per_device_train_batch_size=8,
+                              num_generations=4, budget_allocator="test_package:EveryOtherPrompt")
+    allocator = config.make_allocator()
+    assert isinstance(allocator, EveryOtherPrompt) and allocator.max_generations == 128
+    assert config.pass_rate_min_rollouts == 1  # a user's allocator gets the plain pass-rate rule
+
+
+@pytest.mark.parametrize(
+    "name, message",
+    [("no_such_allocator", "is unknown: choose one of"), ("no_such_module:Thing", "cannot be imported")],
+)
+def test_an_unknown_allocator_says_what_to_write(tmp_path, name, message):
+    with pytest.raises(ValueError, match=message):
+        BudgetGRPOConfig(str(tmp_path), use_cpu=True, report_to=[], budget_allocator=name)
+
+
+def test_allocator_settings_are_reported_with_the_config_field(tmp_path):
+    with pytest.raises(ValueError, match="^knapsack_fallback_confidence must lie in"):
+        BudgetGRPOConfig(str(tmp_path), use_cpu=True, report_to=[], knapsack_fallback_confidence=1.5)
+    with pytest.raises(ValueError, match="^coba_kappa must exceed 2"):
+        BudgetGRPOConfig(str(tmp_path), use_cpu=True, report_to=[], budget_allocator="coba", coba_kappa=2.0)
+
+
+def test_a_registered_name_is_not_taken_twice():
+    with pytest.raises(ValueError, match="registered already"):
+        register_allocator("knapsack")(EveryOtherPrompt)
+    np.testing.assert_array_equal(UniformAllocator(1, 8).allocate(np.full(3, np.nan), 9), [3, 3, 3])
