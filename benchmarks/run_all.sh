@@ -1,10 +1,36 @@
 #!/usr/bin/env bash
 # Every benchmark whose figures the README cites, exactly as run. Each writes to benchmarks/results/ and prints the
-# README's table. About 30 minutes on 2 CPU cores.
+# README's table. About an hour on 2 CPU cores; run it on an otherwise idle machine (the timings are ratios measured
+# side by side, but a busy machine still blurs them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 python benchmarks/allocator_speed.py        # allocation time against a heap greedy and a dynamic program
 python benchmarks/step_overhead.py          # step time against GRPOTrainer
 python benchmarks/tracker_scale.py          # tracker memory and checkpoint cost at 10^6 prompts
-python benchmarks/compare_allocators.py     # allocators on the built-in task, equal rollout budgets
+
+# The allocation study (pool regime, 6 pre-registered variants x 5 paired seeds): two single-threaded processes, one
+# per core; then the exploratory variant added after their first results; then one summary over all the runs.
+PREREGISTERED="uniform knapsack coba knapsack-no-fallback knapsack-probe2 coba-probe2"
+OMP_NUM_THREADS=1 python benchmarks/compare_allocators.py --variants $PREREGISTERED --seeds 3 --first-seed 0 \
+    --name study-seeds0-2 &
+OMP_NUM_THREADS=1 python benchmarks/compare_allocators.py --variants $PREREGISTERED --seeds 2 --first-seed 3 \
+    --name study-seeds3-4 &
+wait
+OMP_NUM_THREADS=1 python benchmarks/compare_allocators.py --variants knapsack-probe2-shrunk --seeds 5 \
+    --name explore-shrunk
+python benchmarks/compare_allocators.py --from-runs benchmarks/results/runs/study-seeds0-2_runs.json \
+    benchmarks/results/runs/study-seeds3-4_runs.json benchmarks/results/runs/explore-shrunk_runs.json
+rm benchmarks/results/study-seeds*.* benchmarks/results/explore-shrunk.*
+
+# The secondary regime (the pool plus the 3+3 level): 4 variants x 5 paired seeds, two processes again.
+OMP_NUM_THREADS=1 python benchmarks/compare_allocators.py --regime spread --seeds 3 --first-seed 0 \
+    --name spread-seeds0-2 &
+OMP_NUM_THREADS=1 python benchmarks/compare_allocators.py --regime spread --seeds 2 --first-seed 3 \
+    --name spread-seeds3-4 &
+wait
+python benchmarks/compare_allocators.py --regime spread --from-runs benchmarks/results/runs/spread-seeds0-2_runs.json \
+    benchmarks/results/runs/spread-seeds3-4_runs.json
+rm benchmarks/results/spread-seeds*.*
+
+python benchmarks/compare_allocators.py --regime small   # the earlier, small regime (4 variants x 3 seeds)

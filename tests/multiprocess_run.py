@@ -25,7 +25,7 @@ class RecordingTrainer(BudgetGRPOTrainer):
     def _generate_and_score_completions(self, inputs):
         output = super()._generate_and_score_completions(inputs)
         plan = self.last_rollout_plan
-        rank, local = self.accelerator.process_index, len(inputs)
+        rank = self.accelerator.process_index
         slots = np.concatenate([stage.reshape(self.accelerator.num_processes, -1)[rank]  # this rank's rows
                                 for stage in np.split(plan.slot_order, [plan.probe_generations * len(plan.keys)])
                                 if stage.size])

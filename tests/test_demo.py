@@ -38,25 +38,25 @@ def test_task_has_a_spread_of_levels_and_disjoint_splits():
 
 def test_demo_end_to_end(tmp_path, capsys):
     output = tmp_path / "demo"
-    arguments = ["demo", "--steps", "6", "--warm-start-steps", "40", "--output-dir", str(output),
-                 "--cache-dir", str(tmp_path / "cache")]
+    arguments = ["demo", "--steps", "16", "--warm-start-steps", "40", "--output-dir", str(output),
+                 "--cache-dir", str(tmp_path / "cache"), "--probe", "2"]
     assert main(arguments) == 0
     printed = capsys.readouterr().out
     assert "held-out accuracy" in printed and str(output / "demo_report.png") in printed
+    assert "What you see:" in printed
 
     results = json.loads((output / "demo_results.json").read_text())
-    assert set(results["summary"]) == {"knapsack", "uniform"}
+    assert set(results["summary"]) == {"knapsack-probe2", "uniform"}
     for row in results["summary"].values():
-        assert row["rollouts_spent"] == 6 * 64
+        assert row["rollouts_spent"] == 16 * 64  # 2 generation batches of 64 prompts x 8, 8 updates each
         assert 0 <= row["final_accuracy_mean"] <= 1 and 0 <= row["effective_ratio_mean"] <= 1
     for run in results["runs"]:
-        assert len(run["effective_ratio"]) == 6
-        assert [point["step"] for point in run["curve"]] == [0, 1, 2, 3, 4, 5, 6]
-        assert sorted(map(int, run["histograms"])) == [1, 2, 4, 6]  # steps 1, 6 // 3, 2 * 6 // 3 and 6
-        batches = {"1": 1, "2": 1, "4": 2, "6": 2}  # generation batches since the previous mark
+        assert len(run["effective_ratio"]) == 2  # one per generation batch
+        assert [point["step"] for point in run["curve"]] == [0, 8, 16]
+        assert sorted(map(int, run["histograms"])) == [8, 16]  # after each generation batch
         for step, counts in run["histograms"].items():
-            assert len(counts) == 8 * batches[step] and sum(counts) == 64 * batches[step]
-            assert min(counts) >= 2 and max(counts) <= 32
+            assert len(counts) == 64 and sum(counts) == 512
+            assert min(counts) >= 2 and max(counts) <= 128
     check_png(output / "demo_report.png")
 
     cached = list((tmp_path / "cache").glob("warm-start-*/model.safetensors"))
@@ -64,7 +64,7 @@ def test_demo_end_to_end(tmp_path, capsys):
     stamp = cached[0].stat().st_mtime_ns
     assert main(arguments + ["--no-baseline", "--allocator", "coba"]) == 0  # reuses the cached warm start
     assert cached[0].stat().st_mtime_ns == stamp
-    assert set(json.loads((output / "demo_results.json").read_text())["summary"]) == {"coba"}
+    assert set(json.loads((output / "demo_results.json").read_text())["summary"]) == {"coba-probe2"}
 
 
 @pytest.mark.parametrize("bad", [["--allocator", "greedy"], ["--steps", "0"], ["--steps", "many"]])
@@ -86,13 +86,13 @@ def test_allocator_benchmark_quick(tmp_path):
     result = compare_allocators.main(["--quick", "--steps", "4", "--output-dir", str(tmp_path),
                                       "--cache-dir", str(tmp_path / "cache")])
     saved = json.loads((tmp_path / "compare_allocators.json").read_text())
-    assert set(saved["summary"]) == {"uniform", "knapsack", "coba", "knapsack-no-fallback"}
+    assert set(saved["summary"]) == set(compare_allocators.VARIANTS)
     assert saved["summary"]["uniform"]["effective_ratio_vs_uniform"] == pytest.approx(1.0)
     for row in saved["summary"].values():
         assert row["rollouts_spent"] == 4 * 64 and "rollouts_to_uniform_final_accuracy" in row
     assert saved["summary"] == result["summary"] and set(saved["mean_curves"]) == set(saved["summary"])
     runs = json.loads((tmp_path / "runs" / "compare_allocators_runs.json").read_text())
-    assert len(runs) == 4
+    assert len(runs) == len(compare_allocators.VARIANTS)
     check_png(tmp_path / "compare_allocators.png")
 
 

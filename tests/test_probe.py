@@ -16,6 +16,12 @@ def test_fresh_pass_rates_weigh_history_below_the_probe():
     assert np.isnan(fresh_pass_rates([0], [0], [0], [0], 0.5)[0])  # no evidence at all: unseen
 
 
+def test_an_empirical_bayes_prior_keeps_a_small_probe_from_deciding_alone():
+    # Batch probe pass rate: 3 successes in 6 rollouts = 0.5; two pseudo-rollouts at 0.5 join every prompt.
+    rates = fresh_pass_rates([0, 0, 0], [0, 0, 0], [0, 2, 1], [2, 2, 2], history_weight=0.5, prior_strength=2)
+    np.testing.assert_allclose(rates, [1 / 4, 3 / 4, 2 / 4])
+
+
 def test_stage_slots_lay_the_probe_first_within_each_prompt():
     counts = np.array([3, 5, 2])
     probe = np.array([2, 2, 2])
@@ -91,6 +97,7 @@ def test_a_probe_run_allocates_from_fresh_rates_and_keeps_whole_groups(tmp_path,
         ({"budget_probe_generations": 3}, "must lie between 0 .* and min_generations=2"),
         ({"budget_probe_generations": -1}, "must lie between 0"),
         ({"budget_probe_history_weight": -0.5}, "budget_probe_history_weight must be 0 or more"),
+        ({"budget_probe_prior_strength": -1}, "budget_probe_prior_strength must be 0 or more"),
     ],
 )
 def test_probe_settings_that_cannot_work_are_refused(tmp_path, overrides, message):

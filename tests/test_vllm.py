@@ -65,7 +65,9 @@ class PlanRecordingTrainer(BudgetGRPOTrainer):
         return output
 
 
-def test_server_mode_asks_for_each_prompts_own_count(tmp_path, tokenizer, monkeypatch):
+@pytest.fixture
+def server_trainer(tmp_path, tokenizer, monkeypatch):
+    """Builds a trainer in vLLM server mode whose client is the recording stand-in."""
     import trl.generation.vllm_generation as vllm_generation
 
     monkeypatch.setattr(vllm_generation, "is_vllm_available", lambda: True)
@@ -73,13 +75,17 @@ def test_server_mode_asks_for_each_prompts_own_count(tmp_path, tokenizer, monkey
     RecordingVLLMClient.requests.clear()
     PlanRecordingTrainer.plans.clear()
 
+    def build(**options):
+        args = BudgetGRPOConfig(**config_kwargs(tmp_path, use_vllm=True, vllm_mode="server", **options))
+        return PlanRecordingTrainer(model=build_tiny_model(tokenizer), reward_funcs=parity_reward, args=args,
+                                    train_dataset=make_dataset(), processing_class=tokenizer)
+
+    return build
+
+
+def test_server_mode_asks_for_each_prompts_own_count(server_trainer, tokenizer):
     # pass_rate_min_rollouts=1: prompts are trusted after one visit, so that budgets vary within these few steps.
-    args = BudgetGRPOConfig(**config_kwargs(tmp_path, max_steps=6, use_vllm=True, vllm_mode="server",
-                                            knapsack_fallback=False, pass_rate_min_rollouts=1))
-    trainer = PlanRecordingTrainer(
-        model=build_tiny_model(tokenizer), reward_funcs=parity_reward, args=args, train_dataset=make_dataset(),
-        processing_class=tokenizer,
-    )
+    trainer = server_trainer(max_steps=6, knapsack_fallback=False, pass_rate_min_rollouts=1)
     before = parameters_of(trainer)
     trainer.train()
 
@@ -131,17 +137,8 @@ def test_colocate_mode_on_gpu(tmp_path, tokenizer):
     assert len(logs) == 4 and any(entry["budget/rollouts_std"] > 0 for entry in logs)
 
 
-def test_server_mode_with_a_probe_stage_sends_two_requests_per_batch(tmp_path, tokenizer, monkeypatch):
-    import trl.generation.vllm_generation as vllm_generation
-
-    monkeypatch.setattr(vllm_generation, "is_vllm_available", lambda: True)
-    monkeypatch.setattr(vllm_generation, "VLLMClient", RecordingVLLMClient)
-    RecordingVLLMClient.requests.clear()
-    PlanRecordingTrainer.plans.clear()
-    args = BudgetGRPOConfig(**config_kwargs(tmp_path, max_steps=4, use_vllm=True, vllm_mode="server",
-                                            budget_probe_generations=2))
-    trainer = PlanRecordingTrainer(model=build_tiny_model(tokenizer), reward_funcs=parity_reward, args=args,
-                                   train_dataset=make_dataset(), processing_class=tokenizer)
+def test_server_mode_with_a_probe_stage_sends_two_requests_per_batch(server_trainer, tokenizer):
+    trainer = server_trainer(max_steps=4, budget_probe_generations=2)
     trainer.train()
     requests, plans = RecordingVLLMClient.requests, PlanRecordingTrainer.plans
     assert len(plans) == 4 and len(requests) == 2 * 4  # the probe, then the rest, for every generation batch

@@ -178,7 +178,7 @@ def take_largest_gains_by_threshold(terms, lower: np.ndarray, width: int, spare:
                             curve.gain(levels[None, :], sampled[:, None]), -np.inf).ravel()
     sample_gains = np.sort(sample_gains[np.isfinite(sample_gains) & (sample_gains > 0)])[::-1]
     rank = spare / step
-    for share in (0.9, 1.1):  # from the higher threshold to the lower
+    for share in (0.95, 1.05):  # from the higher threshold to the lower
         probe = math.log(sample_gains[min(int(rank * share), sample_gains.size - 1)])
         if low < probe < high:
             taken = above(math.exp(probe))
@@ -274,9 +274,11 @@ def allocate_by_curves(features: np.ndarray, lower: np.ndarray, width: int, gain
     if lower.size == 0 or spare <= 0:
         return lower.copy()
     width = min(width, int(lower.max()) + spare)  # no prompt can rise by more than the spare budget
+    if hasattr(gain_curves, "exponential_terms") and lower.size * width > DENSE_GAINS_LIMIT:
+        # Many distinct curves: a threshold search, without a (curves x width) gain matrix. Few: the matrix is faster.
+        if np.unique(features[:, 0]).size * width > DENSE_GAINS_LIMIT:
+            return take_largest_gains_by_threshold(gain_curves.exponential_terms(features), lower, width, spare)
     keys, curve_of_prompt = _distinct_rows(np.column_stack([lower, features]))
-    if hasattr(gain_curves, "exponential_terms") and keys.shape[0] * width > DENSE_GAINS_LIMIT:
-        return take_largest_gains_by_threshold(gain_curves.exponential_terms(features), lower, width, spare)
     lo = keys[:, :1]
     levels = np.arange(width, dtype=np.float64)
     gains = np.where(levels >= lo, gain_curves(keys[:, 1:], levels, lo), np.inf)

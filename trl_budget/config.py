@@ -104,6 +104,9 @@ class BudgetGRPOConfig(GRPOConfig):
         budget_probe_history_weight (`float`, *optional*, defaults to `0.5`):
             Weight of one past rollout against one probe rollout in that estimate (the mean of a Beta posterior whose
             prior is the discounted history).
+        budget_probe_prior_strength (`float`, *optional*, defaults to `0.0`):
+            Pseudo-rollouts at the batch's probe pass rate added to every prompt's estimate (empirical Bayes), so that
+            a few probe rollouts cannot alone make a prompt look hopeless or solved. 0: none.
 
         > Parameters that control the advantages
 
@@ -206,6 +209,12 @@ class BudgetGRPOConfig(GRPOConfig):
         metadata={"help": "With a probe stage, the weight of one past rollout against one probe rollout in the fresh "
                   "pass rate (past rollouts come from an older policy)."},
     )
+    budget_probe_prior_strength: float = field(
+        default=0.0,
+        metadata={"help": "With a probe stage, pseudo-rollouts at the batch's probe pass rate added to every prompt's "
+                  "estimate (empirical Bayes), so that a few probe rollouts cannot alone make a prompt look "
+                  "hopeless or solved. 0: none."},
+    )
     advantage_clip: float | None = field(
         default=None,
         metadata={"help": "Clip the grouped advantages to [-advantage_clip, advantage_clip]. None: no clipping, as "
@@ -245,10 +254,9 @@ class BudgetGRPOConfig(GRPOConfig):
                 f"min_generations={self.min_generations}: the probe's rollouts are part of every prompt's count. "
                 "Lower it, or raise min_generations."
             )
-        if not self.budget_probe_history_weight >= 0:
-            raise ValueError(
-                f"budget_probe_history_weight must be 0 or more, got {self.budget_probe_history_weight}."
-            )
+        for name in ("budget_probe_history_weight", "budget_probe_prior_strength"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"{name} must be 0 or more, got {getattr(self, name)}.")
         self.make_allocator()
         self.make_tracker()
         self.warn_if_checkpoints_split_generation_batches()

@@ -162,7 +162,10 @@ class BudgetGRPOTrainer(GRPOTrainer):
         group = self.num_generations
         prompts = all_rows[::group]
         identities = [self._prompt_identity(row) for row in prompts]
-        if any(self._prompt_identity(row) != identities[i // group] for i, row in enumerate(all_rows)):
+        # The layout check compares the prompt (or its id) of every row with its group's first row: the sampler
+        # repeats whole dataset rows, so the rest of a row follows.
+        field = self.args.prompt_id_column or "prompt"
+        if any(row.get(field) != prompts[i // group].get(field) for i, row in enumerate(all_rows)):
             raise RuntimeError(
                 "BudgetGRPOTrainer expects each prompt to arrive num_generations times in a row, as TRL's "
                 "RepeatSampler lays them out; a custom sampler or data collator broke that layout."
@@ -225,7 +228,7 @@ class BudgetGRPOTrainer(GRPOTrainer):
             stages.append((*self._generate_stage(prompts, probe_counts, seed), probe_counts))
             wins, trials = self._successes_per_prompt(stages[0][2], stages[0][1], probe_counts)
             pass_rates = fresh_pass_rates(*self.tracker.evidence(keys), wins, trials,
-                                          self.args.budget_probe_history_weight)
+                                          self.args.budget_probe_history_weight, self.args.budget_probe_prior_strength)
             counts, history_counts = self._allocate(pass_rates, budget, failure_rate, history_rates)
         else:
             pass_rates, history_counts = history_rates, None
@@ -348,12 +351,14 @@ class BudgetGRPOTrainer(GRPOTrainer):
         super().log(logs, start_time)
 
     def _log_budget_histograms(self) -> None:
+        report_to = self.args.report_to or []
+        if "wandb" not in report_to and "tensorboard" not in report_to:
+            return
         histories = {
             f"train/budget/{name}": np.asarray(values) for name, values in self._budget_history.items() if values
         }
         if not histories:
             return
-        report_to = self.args.report_to or []
         if "wandb" in report_to:
             import wandb
 

@@ -7,6 +7,33 @@ from pathlib import Path
 import numpy as np
 
 
+# Two-sided 95% quantiles of Student's t by degrees of freedom (beyond 30: the normal's 1.96).
+_T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
+          12: 2.179, 15: 2.131, 20: 2.086, 25: 2.060, 30: 2.042}
+
+
+def paired_difference(values, baseline) -> tuple[float, list[float] | None]:
+    """Mean of `values - baseline` (paired by seed) and its 95% confidence interval (t, n - 1 degrees of freedom)."""
+    differences = np.asarray(values, dtype=np.float64) - np.asarray(baseline, dtype=np.float64)
+    mean = float(differences.mean())
+    if differences.size < 2:
+        return mean, None
+    df = differences.size - 1
+    quantile = _T_975[max(d for d in _T_975 if d <= df)] if df <= 30 else 1.96
+    half = quantile * float(differences.std(ddof=1)) / np.sqrt(differences.size)
+    return mean, [mean - half, mean + half]
+
+
+def rollouts_to_reach(rollouts: list[float], values: list[float], target: float) -> float | None:
+    """Rollouts at which a curve first reaches `target` after its start (linear between points); None if never."""
+    for index in range(1, len(values)):
+        if values[index] >= target:
+            before, after = values[index - 1], values[index]
+            share = 1.0 if after == before or before >= target else (target - before) / (after - before)
+            return float(rollouts[index - 1] + share * (rollouts[index] - rollouts[index - 1]))
+    return None
+
+
 def summarize(runs: list[dict]) -> dict[str, dict]:
     """Per allocator, mean and std over seeds of the figures the demo and the benchmark report."""
     by_allocator: dict[str, list[dict]] = {}
@@ -39,8 +66,33 @@ def summarize(runs: list[dict]) -> dict[str, dict]:
             reached = np.flatnonzero(mean_curve[1:] >= target) + 1
             rollouts = int(group[0]["curve"][reached[0]]["rollouts"]) if reached.size else None
             row[f"rollouts_to_uniform_final_{metric}"] = rollouts
+        if "uniform" in by_allocator:
+            row.update(_against_uniform(group, by_allocator["uniform"]))
         summary[allocator] = row
     return summary
+
+
+def _against_uniform(group: list[dict], uniform: list[dict]) -> dict:
+    """Paired differences to uniform (same seeds), and how many rollouts uniform needs to match this variant."""
+    uniform_by_seed = {run["seed"]: run for run in uniform}
+    paired = [(run, uniform_by_seed[run["seed"]]) for run in group if run["seed"] in uniform_by_seed]
+    row = {}
+    for metric in ("accuracy", "train_accuracy"):
+        mean, ci = paired_difference([r["curve"][-1][metric] for r, _ in paired],
+                                     [u["curve"][-1][metric] for _, u in paired])
+        suffix = "" if metric == "accuracy" else "_train"
+        row[f"final{suffix}_accuracy_diff"], row[f"final{suffix}_accuracy_ci95"] = mean, ci
+    effective = paired_difference([np.mean(r["effective_ratio"]) for r, _ in paired],
+                                  [0.0 for _ in paired])[0]
+    row["effective_ratio_vs_uniform"] = effective / float(np.mean([np.mean(u["effective_ratio"]) for _, u in paired]))
+    # Uniform's rollouts to reach this variant's final held-out accuracy, over this variant's rollouts (mean curves).
+    rollouts = [point["rollouts"] for point in uniform[0]["curve"]]
+    uniform_curve = np.mean([[point["accuracy"] for point in run["curve"]] for run in uniform], axis=0)
+    final = float(np.mean([run["curve"][-1]["accuracy"] for run in group]))
+    needed = rollouts_to_reach(rollouts, uniform_curve.tolist(), final)
+    row["uniform_rollouts_ratio"] = None if needed is None else needed / group[0]["curve"][-1]["rollouts"]
+    row["uniform_reaches_final_accuracy"] = needed is not None
+    return row
 
 
 def format_table(summary: dict[str, dict]) -> str:
@@ -86,14 +138,17 @@ def plot_report(runs: list[dict], path: Path, title: str = "trl_budget") -> Path
         smooth = np.convolve(ratio, np.ones(window) / window, mode="valid")
         ratio_axis.plot(np.arange(smooth.size) + window, smooth, color=colours[allocator], label=allocator)
     accuracy_axis.set(xlabel="rollouts spent", ylabel="sampled exact-match accuracy", title="Accuracy")
-    ratio_axis.set(xlabel="step", ylabel="share of rollouts with non-zero advantage", title="Effective gradient ratio")
+    ratio_axis.set(xlabel="generation batch", ylabel="share of rollouts with non-zero advantage",
+                   title="Effective gradient ratio")
     budgeted = next((run for run in runs if run["allocator"] != "uniform" and run["histograms"]), runs[0])
     for step, counts in budgeted["histograms"].items():
+        if not counts:
+            continue
         histogram_axis.hist(counts, bins=np.arange(0.5, max(counts) + 1.5), alpha=0.5, label=f"up to step {step}")
     histogram_axis.set(xlabel="rollouts per prompt", ylabel="prompts (batches up to that step)",
                        title=f"Rollouts per prompt ({budgeted['allocator']})")
     for axis in (accuracy_axis, ratio_axis, histogram_axis):
-        axis.legend()
+        axis.legend(fontsize="x-small")
         axis.grid(alpha=0.3)
     figure.suptitle(title)
     figure.tight_layout()

@@ -61,6 +61,8 @@ def warm_start(settings: WarmStartSettings = WarmStartSettings(), cache_dir: Pat
 def _train_supervised(model, tokenizer, settings: WarmStartSettings) -> None:
     torch.manual_seed(settings.seed)
     problems = make_problems(20_000, seed=settings.seed + 1_000)
+    if settings.label_noise:
+        problems = _with_wrong_answers(problems, settings.label_noise, np.random.default_rng(settings.seed + 2_000))
     optimizer = torch.optim.AdamW(model.parameters(), lr=settings.learning_rate, weight_decay=0.0)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1 - step / settings.steps)
     rng = np.random.default_rng(settings.seed)
@@ -73,6 +75,19 @@ def _train_supervised(model, tokenizer, settings: WarmStartSettings) -> None:
         optimizer.step()
         schedule.step()
         optimizer.zero_grad()
+
+
+def _with_wrong_answers(problems: list[dict], share: float, rng: np.random.Generator) -> list[dict]:
+    """The problems with `share` of their answers wrong by one digit: a noisy teacher."""
+    noisy = []
+    for problem in problems:
+        answer = problem["answer"]
+        if rng.random() < share:
+            position = int(rng.integers(len(answer)))
+            digit = str((int(answer[position]) + int(rng.integers(1, 10))) % 10)
+            answer = answer[:position] + digit + answer[position + 1 :]
+        noisy.append({**problem, "answer": answer})
+    return noisy
 
 
 def _supervised_batch(tokenizer, problems: list[dict]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -130,6 +145,8 @@ class _Recorder(TrainerCallback):
 
     def __init__(self, settings: RLSettings, tokenizer, train: list[dict], held_out: list[dict]):
         self.settings, self.tokenizer, self.train, self.held_out = settings, tokenizer, train, held_out
+        size = settings.train_eval_prompts or len(train)  # evenly spaced, so that every level is measured
+        self.train_measured = train[:: max(1, len(train) // size)][:size]
         self.trainer = None
         self.curve = []
         self.histograms = {}  # at each histogram step, the rollouts per prompt of every batch since the previous one
@@ -138,7 +155,7 @@ class _Recorder(TrainerCallback):
     def _evaluate(self, state, model):
         rollouts = state.global_step * self.settings.rollouts_per_step
         samples, temperature = self.settings.eval_samples, self.settings.temperature
-        train = exact_match_accuracy(model, self.tokenizer, self.train, samples, temperature)
+        train = exact_match_accuracy(model, self.tokenizer, self.train_measured, samples, temperature)
         self.curve.append({"step": state.global_step, "rollouts": rollouts, "train_accuracy": train["accuracy"],
                            **exact_match_accuracy(model, self.tokenizer, self.held_out, samples, temperature)})
 
@@ -166,11 +183,12 @@ def run_rl(model_path: Path, allocator: str, seed: int, settings: RLSettings, ou
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
     tokenizer = PreTrainedTokenizerFast.from_pretrained(model_path)
-    train, held_out = split_problems(settings.train_prompts, settings.eval_prompts, settings.data_seed)
+    train, held_out = split_problems(settings.train_prompts, settings.eval_prompts, settings.data_seed, settings.levels)
     args = BudgetGRPOConfig(
         output_dir=str(output_dir),
         per_device_train_batch_size=settings.rollouts_per_step,
         num_generations=settings.num_generations,
+        steps_per_generation=settings.updates_per_batch,
         min_generations=settings.min_generations,
         max_generations=settings.max_generations,
         budget_allocator=allocator,

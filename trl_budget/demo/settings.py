@@ -17,22 +17,27 @@ class WarmStartSettings:
     batch_size: int = 64
     learning_rate: float = 3e-3
     seed: int = 0
+    label_noise: float = 0.0  # share of supervised answers with one digit changed: a weaker start, for RL to correct
 
     def fingerprint(self) -> str:
-        return hashlib.sha1(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:12]
+        described = {name: value for name, value in asdict(self).items() if not (name == "label_noise" and not value)}
+        return hashlib.sha1(json.dumps(described, sort_keys=True).encode()).hexdigest()[:12]
 
 
 @dataclass
 class RLSettings:
     """The RL run of the demo and of the allocator benchmark."""
 
-    steps: int = 480
-    prompts_per_step: int = 8
+    steps: int = 480  # optimizer updates
+    prompts_per_step: int = 8  # prompts per generation batch
     num_generations: int = 8
+    updates_per_batch: int = 1  # optimizer updates per generation batch (TRL's steps_per_generation)
     min_generations: int = 2
     max_generations: int = 32
     train_prompts: int = 240
     eval_prompts: int = 240
+    train_eval_prompts: int | None = None  # training prompts whose accuracy is measured (None: all)
+    levels: tuple[int, ...] | None = None  # difficulty levels of the problems (None: all six)
     eval_every: int = 60
     eval_samples: int = 4
     histogram_steps: tuple[int, ...] = field(default=(1, 160, 320, 480))
@@ -46,6 +51,21 @@ class RLSettings:
         marks = tuple(sorted({1, steps // 3 or 1, 2 * steps // 3 or 1, steps}))
         return cls(steps=steps, eval_every=max(1, steps // evaluations), histogram_steps=marks)
 
+    @classmethod
+    def pool(cls, steps: int = 480) -> "RLSettings":
+        """The allocation study's regime: the releases' batch shape on a large pool of middling problems.
+
+        64 prompts x 8 rollouts on average per generation batch, 8 optimizer updates per batch, each prompt between 2
+        and 128 rollouts, a pool of 1 500 problems of three levels (2+1 digits, 2+2, 2x1) that each come back two or
+        three times in 480 updates, held-out accuracy on 480 problems of the same levels.
+        """
+        batches = max(1, steps // 8)  # histograms after a third, two thirds and all of the generation batches
+        marks = tuple(8 * b for b in sorted({1, max(1, batches // 3), max(1, 2 * batches // 3), batches}))
+        return cls(steps=steps, prompts_per_step=64, num_generations=8, updates_per_batch=8, max_generations=128,
+                   train_prompts=1500, eval_prompts=480, train_eval_prompts=240, levels=(1, 3, 4),
+                   eval_every=max(8, steps // 8), histogram_steps=marks)
+
     @property
     def rollouts_per_step(self) -> int:
-        return self.prompts_per_step * self.num_generations
+        """Rollouts per optimizer update."""
+        return self.prompts_per_step * self.num_generations // self.updates_per_batch

@@ -37,9 +37,10 @@ def make_problems(count: int, seed: int, levels: tuple[int, ...] | None = None) 
     return problems
 
 
-def split_problems(train_size: int, eval_size: int, seed: int) -> tuple[list[dict], list[dict]]:
+def split_problems(train_size: int, eval_size: int, seed: int,
+                   levels: tuple[int, ...] | None = None) -> tuple[list[dict], list[dict]]:
     """Disjoint training and held-out sets with the same share of every level (no prompt in both)."""
-    pool = make_problems(8 * (train_size + eval_size), seed)
+    pool = make_problems(8 * (train_size + eval_size), seed, levels)
     by_level: dict[int, list[dict]] = {}
     for problem in {problem["prompt"]: problem for problem in pool}.values():
         by_level.setdefault(problem["level"], []).append(problem)
