@@ -243,28 +243,43 @@ class BudgetGRPOTrainer(GRPOTrainer):
                      for (_, order, _, stage_counts), offset in zip(stages, offsets)]
         plan = self.last_rollout_plan = RolloutPlan(prompts, keys, pass_rates, failure_rate, counts,
                                                     np.concatenate(row_slots), history_rates, history_counts, probe)
+        rank, processes = self.accelerator.process_index, self.accelerator.num_processes
+        in_plan_order = processes == 1 and len(stages) == 1  # rows are the plan's slots in order: nothing to permute
         gathered = torch.cat([gathered for _, _, gathered, _ in stages])
-        rewards_per_func = torch.empty_like(gathered)
-        rewards_per_func[torch.as_tensor(plan.slot_order, device=gathered.device)] = gathered
+        if in_plan_order:
+            rewards_per_func = gathered
+        else:
+            rewards_per_func = torch.empty_like(gathered)
+            rewards_per_func[torch.as_tensor(plan.slot_order, device=gathered.device)] = gathered
         device = rewards_per_func.device
-        advantages, is_std_zero = grouped_advantages(
-            rewards_per_func, torch.as_tensor(counts, device=device), self.reward_weights, self.scale_rewards,
-            self.multi_objective_aggregation,
-        )
+        output = stages[0][0]
+        trl_layout = in_plan_order and (counts == self.num_generations).all()
+        if trl_layout:
+            # TRL's own layout (equal groups, rows in plan order): TRL's advantages and its zero-std share are already
+            # these, bit for bit, so they are not computed twice.
+            advantages = output["advantages"]
+        else:
+            advantages, is_std_zero = grouped_advantages(
+                rewards_per_func, torch.as_tensor(counts, device=device), self.reward_weights, self.scale_rewards,
+                self.multi_objective_aggregation,
+            )
+            self._metrics["train"]["frac_reward_zero_std"][-1] = is_std_zero.float().mean().item()
         if self.args.advantage_clip is not None:
             advantages = advantages.clamp(-self.args.advantage_clip, self.args.advantage_clip)
 
-        rank, processes = self.accelerator.process_index, self.accelerator.num_processes
-        my_slots = np.concatenate([slots.reshape(processes, -1)[rank] for slots in row_slots])
-        output = stages[0][0]
         for later, *_ in stages[1:]:
             output = merge_outputs(output, later, getattr(self, "_tokenizer", self.processing_class).pad_token_id)
-        output["advantages"] = advantages[torch.as_tensor(my_slots, device=device)]
-        self._metrics["train"]["frac_reward_zero_std"][-1] = is_std_zero.float().mean().item()
-        logged_advantages = self._logs["advantages"]
-        for _ in range(min(advantages.numel(), len(logged_advantages))):
-            logged_advantages.pop()
-        logged_advantages.extend(advantages[torch.as_tensor(plan.slot_order, device=device)].tolist())
+        if in_plan_order:
+            output["advantages"] = advantages
+        else:
+            my_slots = np.concatenate([slots.reshape(processes, -1)[rank] for slots in row_slots])
+            output["advantages"] = advantages[torch.as_tensor(my_slots, device=device)]
+        if not (trl_layout and self.args.advantage_clip is None):  # TRL logged other advantages than these
+            logged_advantages = self._logs["advantages"]
+            for _ in range(min(advantages.numel(), len(logged_advantages))):
+                logged_advantages.pop()
+            by_row = advantages if in_plan_order else advantages[torch.as_tensor(plan.slot_order, device=device)]
+            logged_advantages.extend(by_row.tolist())
 
         rewards = (rewards_per_func * self.reward_weights.to(device).unsqueeze(0)).nansum(dim=1)
         rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
