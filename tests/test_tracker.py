@@ -93,6 +93,16 @@ def test_coba_release_rule_on_a_sequence_of_visits():
     assert class_default.failure_rate == pytest.approx(1 - (1 / 4 + 4 / 16 + 15 / 20) / 3)
 
 
+def test_a_window_shorter_than_the_pool_still_binds():
+    tracker = CapabilityTracker(window=1, rollout_pool=16)  # the last visit only, at most its latest 16 rollouts
+    visit(tracker, [1, 1, 1, 1])
+    assert visit(tracker, [0, 0, 0, 0]) == 0.0
+    two_visits = CapabilityTracker(window=2, rollout_pool=16)
+    for rewards in ([1] * 4, [0] * 4):
+        visit(two_visits, rewards)
+    assert visit(two_visits, [1, 0]) == (0 + 1) / 6  # the last two visits, 6 rollouts, within the pool
+
+
 def test_min_rollouts_counts_every_visit_not_only_the_window():
     tracker = CapabilityTracker(window=1, min_rollouts=5)
     assert np.isnan(visit(tracker, [1, 1, 1]))

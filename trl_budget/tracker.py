@@ -206,7 +206,8 @@ class CapabilityTracker:
         if not self.rollout_pool:
             return wins.sum(axis=1), trials.sum(axis=1)
         last_wins, last_trials = wins[:, -1], trials[:, -1]
-        in_window = self._scored[rows] if self._visits_kept == 1 else trials.sum(axis=1)
+        # A window at least as long as the pool never binds (each visit has a scored rollout): every rollout counts.
+        in_window = self._scored[rows] if self.window >= self.rollout_pool else trials.sum(axis=1)
         latest = np.minimum(self.rollout_pool, in_window)
         masks = ((np.ones(rows.size, dtype=np.uint64) << latest.astype(np.uint64)) - np.uint64(1))
         masks[latest >= 64] = np.iinfo(np.uint64).max
