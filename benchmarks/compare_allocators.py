@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from trl_budget.demo.report import format_table, plot_report, summarize
+from trl_budget.demo.report import format_table, mean_curve, plot_report, summarize
 from trl_budget.demo.run import run_rl, warm_start
 from trl_budget.demo.settings import RLSettings, WarmStartSettings
 
@@ -166,12 +166,9 @@ def mean_curves(runs: list[dict]) -> dict[str, dict[str, list[float]]]:
     """Per variant, held-out and training-set accuracy against rollouts spent, averaged over seeds."""
     curves = {}
     for label in dict.fromkeys(run["allocator"] for run in runs):
-        group = [run["curve"] for run in runs if run["allocator"] == label]
-        curves[label] = {
-            "rollouts": [point["rollouts"] for point in group[0]],
-            "accuracy": np.mean([[point["accuracy"] for point in curve] for curve in group], axis=0).tolist(),
-            "train_accuracy": np.mean([[p["train_accuracy"] for p in curve] for curve in group], axis=0).tolist(),
-        }
+        group = [run for run in runs if run["allocator"] == label]
+        curves[label] = {"rollouts": [point["rollouts"] for point in group[0]["curve"]],
+                         **{metric: mean_curve(group, metric).tolist() for metric in ("accuracy", "train_accuracy")}}
     return curves
 
 

@@ -6,7 +6,8 @@ import torch
 from helpers import make_trainer
 
 from trl_budget import BudgetGRPOConfig
-from trl_budget.probe import fresh_pass_rates, merge_outputs, stage_slots
+from trl_budget.probe import fresh_pass_rates, merge_outputs
+from trl_budget.rollout_plan import stage_slots
 
 
 def test_fresh_pass_rates_weigh_history_below_the_probe():

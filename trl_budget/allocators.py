@@ -159,12 +159,18 @@ def take_largest_gains_by_threshold(terms, lower: np.ndarray, width: int, spare:
     upper = np.full(lower.size, width, dtype=np.int64)
     spare = min(spare, int((upper - lower).sum()))
 
-    def above(threshold: float) -> np.ndarray:  # per prompt, how many of its gains exceed `threshold`
+    def probe(log_threshold: float) -> None:
+        """Count, per prompt, the gains above the threshold, and move the matching end of the bracket there."""
+        nonlocal high, low, taken_at_top, taken_at_bottom
         # Prompts taking as many gains at both ends of the bracket take that many at any threshold inside it.
         taken = taken_at_top.copy()
         open_ = np.flatnonzero(taken_at_top != taken_at_bottom)
-        taken[open_] = np.clip(curve.levels_above(threshold, open_), lower[open_], upper[open_]) - lower[open_]
-        return taken
+        above = curve.levels_above(math.exp(log_threshold), open_)
+        taken[open_] = np.clip(above, lower[open_], upper[open_]) - lower[open_]
+        if taken.sum() >= spare:
+            low, taken_at_bottom = log_threshold, taken
+        else:
+            high, taken_at_top = log_threshold, taken
 
     # Above the largest gain nothing is taken; below half the smallest, everything. A dense look at every k-th prompt
     # tells roughly where the threshold lies: probe around it first, so that both ends of the bracket move.
@@ -179,32 +185,23 @@ def take_largest_gains_by_threshold(terms, lower: np.ndarray, width: int, spare:
     sample_gains = np.sort(sample_gains[np.isfinite(sample_gains) & (sample_gains > 0)])[::-1]
     rank = spare / step
     for share in (0.95, 1.05):  # from the higher threshold to the lower
-        probe = math.log(sample_gains[min(int(rank * share), sample_gains.size - 1)])
-        if low < probe < high:
-            taken = above(math.exp(probe))
-            if taken.sum() >= spare:
-                low, taken_at_bottom = probe, taken
-            else:
-                high, taken_at_top = probe, taken
+        guess = math.log(sample_gains[min(int(rank * share), sample_gains.size - 1)])
+        if low < guess < high:
+            probe(guess)
     while (band := int(taken_at_bottom.sum() - taken_at_top.sum())) > band_limit:
         slope = band / (high - low)  # gains per unit of log-threshold, on average over the bracket
         estimate = high - (spare - taken_at_top.sum()) / slope
-        probes = [estimate + 0.25 * band_limit / slope, estimate - 0.25 * band_limit / slope]
+        guesses = [estimate + 0.25 * band_limit / slope, estimate - 0.25 * band_limit / slope]
         if band < 4 * band_limit:  # interpolation alone may creep towards one side; halve the bracket too
-            probes.append((high + low) / 2)
+            guesses.append((high + low) / 2)
         moved = False
-        for probe in sorted(probes, reverse=True):
-            if not low < probe < high:
-                continue
-            taken = above(math.exp(probe))
-            if taken.sum() >= spare:
-                low, taken_at_bottom = probe, taken
-            else:
-                high, taken_at_top = probe, taken
-            moved = True
+        for guess in sorted(guesses, reverse=True):
+            if low < guess < high:
+                probe(guess)
+                moved = True
         if not moved:
             break
-    # Rank the gains of the band one by one: levels from above(high) to above(low) of each prompt.
+    # Rank the gains of the band one by one: the levels each prompt takes at the bracket's low end but not its high.
     start, stop = taken_at_top, np.maximum(taken_at_bottom, taken_at_top)
     prompt_of = np.repeat(np.arange(lower.size), stop - start)
     offsets = np.arange(prompt_of.size) - np.repeat(np.cumsum(stop - start) - (stop - start), stop - start)

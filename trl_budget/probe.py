@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-__all__ = ["fresh_pass_rates", "merge_outputs", "stage_slots"]
+__all__ = ["fresh_pass_rates", "merge_outputs"]
 
 
 def fresh_pass_rates(history_wins, history_trials, probe_wins, probe_trials, history_weight: float,
@@ -32,18 +32,6 @@ def fresh_pass_rates(history_wins, history_trials, probe_wins, probe_trials, his
         wins = wins + prior_strength * probe_wins.sum() / probe_trials.sum()
         trials = trials + prior_strength
     return np.divide(wins, trials, out=np.full(trials.shape, np.nan), where=trials > 0)
-
-
-def stage_slots(counts: np.ndarray, stage_counts: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    """Where a stage's slots sit in the batch's plan: prompt by prompt, `stage_counts[i]` slots from `offsets[i]`.
-
-    The plan lays each prompt's `counts[i]` slots out contiguously; the probe stage holds the first k of them, the
-    second stage the rest.
-    """
-    starts = np.cumsum(counts) - counts + offsets
-    stage_starts = np.cumsum(stage_counts) - stage_counts
-    within = np.arange(int(np.sum(stage_counts))) - np.repeat(stage_starts, stage_counts)
-    return np.repeat(starts, stage_counts) + within
 
 
 # How each tensor of TRL's generation output is padded when two stages are put together.

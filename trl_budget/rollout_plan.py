@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["RolloutPlan", "balanced_slot_order", "checked_allocation"]
+__all__ = ["RolloutPlan", "balanced_slot_order", "checked_allocation", "stage_slots"]
 
 
 def checked_allocation(allocator, pass_rates: np.ndarray, budget: int, failure_rate, bounds: tuple[int, int]):
@@ -37,13 +37,27 @@ def balanced_slot_order(counts: np.ndarray, processes: int, seed: int) -> np.nda
     `seed`, the same on every process) and their slots dealt to the processes in turn, so that every prompt's slots
     spread over all processes: a prompt with many long rollouts no longer lands on one process while the others wait.
     """
-    total = int(np.sum(counts))
     if processes == 1:
-        return np.arange(total)
-    starts = np.cumsum(counts) - counts
+        return np.arange(int(np.sum(counts)))
     shuffled = np.random.default_rng(seed).permutation(len(counts))
-    slots = np.concatenate([np.arange(starts[i], starts[i] + counts[i]) for i in shuffled])
+    slots = _ranges((np.cumsum(counts) - counts)[shuffled], np.asarray(counts)[shuffled])
     return np.concatenate([slots[rank::processes] for rank in range(processes)])
+
+
+def stage_slots(counts: np.ndarray, stage_counts: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Where a stage's slots sit in the batch's plan: prompt by prompt, `stage_counts[i]` slots from `offsets[i]`.
+
+    The plan lays each prompt's `counts[i]` slots out contiguously; a probe stage holds the first k of them, the
+    second stage the rest.
+    """
+    return _ranges(np.cumsum(counts) - counts + offsets, stage_counts)
+
+
+def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """`starts[0], ..., starts[0] + lengths[0] - 1, starts[1], ...`: consecutive ranges laid end to end."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    within = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    return np.repeat(starts, lengths) + within
 
 
 @dataclass
@@ -59,7 +73,3 @@ class RolloutPlan:
     history_rates: np.ndarray | None = None  # pass rates from history alone
     history_counts: np.ndarray | None = None  # with a probe stage, the allocation the history alone gave
     probe_generations: int = 0  # rollouts of each prompt in the probe stage
-
-    def rows(self) -> list[dict[str, Any]]:
-        """The batch's rollout slots, prompt by prompt."""
-        return [row for row, count in zip(self.prompts, self.counts) for _ in range(count)]

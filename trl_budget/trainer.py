@@ -28,8 +28,8 @@ from .advantages import grouped_advantages
 from .allocators import Allocator
 from .checkpoint import TRACKER_STATE_NAME, load_tracker_state, write_json_atomically
 from .config import BudgetGRPOConfig
-from .probe import fresh_pass_rates, merge_outputs, stage_slots
-from .rollout_plan import RolloutPlan, balanced_slot_order, checked_allocation
+from .probe import fresh_pass_rates, merge_outputs
+from .rollout_plan import RolloutPlan, balanced_slot_order, checked_allocation, stage_slots
 from .tracker import CapabilityTracker, prompt_key
 
 logger = logging.get_logger(__name__)
@@ -143,11 +143,7 @@ class BudgetGRPOTrainer(GRPOTrainer):
             )
         identity = row[column]
         if _is_missing(identity):
-            raise ValueError(
-                f"prompt_id_column={column!r} is {identity!r} for the prompt {row.get('prompt')!r}: every prompt needs "
-                "an id of its own, or all such prompts would share one pass rate. Fill in the ids, or set "
-                "prompt_id_column=None to key prompts by their content."
-            )
+            raise _missing_id_error(column, identity, f"for the prompt {row.get('prompt')!r}")
         return identity
 
     def _prompt_key(self, row: dict[str, Any]) -> str:
@@ -223,7 +219,7 @@ class BudgetGRPOTrainer(GRPOTrainer):
         history_rates, failure_rate = self.tracker.pass_rates(keys), self.tracker.failure_rate
         seed = self.args.seed * 1_000_003 + self.state.global_step
         probe_counts = np.full(len(prompts), probe)
-        stages = []  # (output, stage counts, slot of each row within the stage, gathered rewards)
+        stages = []  # (output, slot of each row within the stage, gathered rewards, stage counts)
         if probe:  # the probe stage: k rollouts of every prompt, scored, then fresh pass rates
             stages.append((*self._generate_stage(prompts, probe_counts, seed), probe_counts))
             wins, trials = self._successes_per_prompt(stages[0][2], stages[0][1], probe_counts)
@@ -281,27 +277,28 @@ class BudgetGRPOTrainer(GRPOTrainer):
             by_row = advantages if in_plan_order else advantages[torch.as_tensor(plan.slot_order, device=device)]
             logged_advantages.extend(by_row.tolist())
 
-        rewards = (rewards_per_func * self.reward_weights.to(device).unsqueeze(0)).nansum(dim=1)
-        rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
-        batch_failure_rate = self.tracker.update(np.repeat(keys, counts), self._success_rewards(rewards_per_func))
+        rewards = self._weighted_rewards(rewards_per_func)
+        batch_failure_rate = self.tracker.update(np.repeat(keys, counts),
+                                                 self._success_rewards(rewards_per_func, rewards))
         self._warn_if_success_never_varies(batch_failure_rate)
         self._record_budget_metrics(plan, rewards, advantages)
         return output
 
-    def _success_rewards(self, rewards_per_func: torch.Tensor) -> np.ndarray:
-        """The reward that decides success: the weighted sum, or that of `success_reward_func`; NaN if unscored."""
-        column = self._success_reward_index
-        if column is not None:
-            return rewards_per_func[:, column].cpu().numpy()
-        weights = self.reward_weights.to(rewards_per_func.device).unsqueeze(0)
-        rewards = (rewards_per_func * weights).nansum(dim=1)
+    def _weighted_rewards(self, rewards_per_func: torch.Tensor) -> torch.Tensor:
+        """Each rollout's weighted sum of rewards; NaN where no reward function could score it."""
+        rewards = (rewards_per_func * self.reward_weights.to(rewards_per_func.device).unsqueeze(0)).nansum(dim=1)
         rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
-        return rewards.cpu().numpy()
+        return rewards
+
+    def _success_rewards(self, rewards_per_func: torch.Tensor, weighted: torch.Tensor) -> np.ndarray:
+        """The reward that decides success: `weighted` (the weighted sum), or that of `success_reward_func`."""
+        column = self._success_reward_index
+        return (weighted if column is None else rewards_per_func[:, column]).cpu().numpy()
 
     def _successes_per_prompt(self, gathered: torch.Tensor, order: np.ndarray, stage_counts: np.ndarray):
         """Successes and scored rollouts of each prompt in one stage (rows gathered in `order`)."""
         rewards = np.empty(len(order))
-        rewards[order] = self._success_rewards(gathered)
+        rewards[order] = self._success_rewards(gathered, self._weighted_rewards(gathered))
         prompt_of_slot = np.repeat(np.arange(stage_counts.size), stage_counts)
         scored = ~np.isnan(rewards)
         wins = np.bincount(prompt_of_slot[scored], rewards[scored] >= self.tracker.success_threshold,
@@ -441,12 +438,15 @@ def check_prompt_id_column(column: str | None, dataset) -> None:
     if hasattr(dataset, "__len__"):  # a map-style dataset can be checked whole; a streamed one is checked per batch
         missing = next((i for i, value in enumerate(dataset[column]) if _is_missing(value)), None)
         if missing is not None:
-            raise ValueError(
-                f"prompt_id_column={column!r} is {dataset[missing][column]!r} in row {missing} of the training "
-                "dataset: every prompt needs an id of its own, or all such prompts would share one pass rate. Fill "
-                "in the ids, or set prompt_id_column=None to key prompts by their content."
-            )
+            raise _missing_id_error(column, dataset[missing][column], f"in row {missing} of the training dataset")
 
 
 def _is_missing(value: Any) -> bool:
     return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def _missing_id_error(column: str, value: Any, where: str) -> ValueError:
+    return ValueError(
+        f"prompt_id_column={column!r} is {value!r} {where}: every prompt needs an id of its own, or all such prompts "
+        "would share one pass rate. Fill in the ids, or set prompt_id_column=None to key prompts by their content."
+    )

@@ -34,6 +34,11 @@ def rollouts_to_reach(rollouts: list[float], values: list[float], target: float)
     return None
 
 
+def mean_curve(runs: list[dict], metric: str) -> np.ndarray:
+    """One metric of the runs' curves (`"accuracy"` or `"train_accuracy"`), averaged over the runs point by point."""
+    return np.mean([[point[metric] for point in run["curve"]] for run in runs], axis=0)
+
+
 def summarize(runs: list[dict]) -> dict[str, dict]:
     """Per allocator, mean and std over seeds of the figures the demo and the benchmark report."""
     by_allocator: dict[str, list[dict]] = {}
@@ -61,9 +66,8 @@ def summarize(runs: list[dict]) -> dict[str, dict]:
             "rollouts_spent": group[0]["curve"][-1]["rollouts"],
         }
         for metric, target in uniform_final.items():
-            mean_curve = np.mean([[point[metric] for point in run["curve"]] for run in group], axis=0)
             # Only after training has started: a start above the target would say nothing about the allocator.
-            reached = np.flatnonzero(mean_curve[1:] >= target) + 1
+            reached = np.flatnonzero(mean_curve(group, metric)[1:] >= target) + 1
             rollouts = int(group[0]["curve"][reached[0]]["rollouts"]) if reached.size else None
             row[f"rollouts_to_uniform_final_{metric}"] = rollouts
         if "uniform" in by_allocator:
@@ -82,14 +86,13 @@ def _against_uniform(group: list[dict], uniform: list[dict]) -> dict:
                                      [u["curve"][-1][metric] for _, u in paired])
         suffix = "" if metric == "accuracy" else "_train"
         row[f"final{suffix}_accuracy_diff"], row[f"final{suffix}_accuracy_ci95"] = mean, ci
-    effective = paired_difference([np.mean(r["effective_ratio"]) for r, _ in paired],
-                                  [0.0 for _ in paired])[0]
-    row["effective_ratio_vs_uniform"] = effective / float(np.mean([np.mean(u["effective_ratio"]) for _, u in paired]))
+    effective = [(np.mean(r["effective_ratio"]), np.mean(u["effective_ratio"])) for r, u in paired]
+    row["effective_ratio_vs_uniform"] = float(np.mean([mine for mine, _ in effective]) /
+                                              np.mean([theirs for _, theirs in effective]))
     # Uniform's rollouts to reach this variant's final held-out accuracy, over this variant's rollouts (mean curves).
     rollouts = [point["rollouts"] for point in uniform[0]["curve"]]
-    uniform_curve = np.mean([[point["accuracy"] for point in run["curve"]] for run in uniform], axis=0)
     final = float(np.mean([run["curve"][-1]["accuracy"] for run in group]))
-    needed = rollouts_to_reach(rollouts, uniform_curve.tolist(), final)
+    needed = rollouts_to_reach(rollouts, mean_curve(uniform, "accuracy").tolist(), final)
     row["uniform_rollouts_ratio"] = None if needed is None else needed / group[0]["curve"][-1]["rollouts"]
     row["uniform_reaches_final_accuracy"] = needed is not None
     return row
