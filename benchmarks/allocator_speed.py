@@ -3,7 +3,7 @@
 All solvers maximise the same objective (Knapsack RL without fallback, and CoBA-RL), so their values must agree; the
 figures are ratios measured side by side in one run.
 
-    python benchmarks/allocator_speed.py            # 512 prompts / B = 8192 and 1e5 prompts / B = 1e6
+    python benchmarks/allocator_speed.py            # 512 prompts / B = 8192, 1e5 prompts / B = 1e6, and N_up 400 000
     python benchmarks/allocator_speed.py --quick    # small sizes, seconds
 """
 
@@ -73,6 +73,7 @@ def run_case(name, rates, budget, low, high, run_dp, repeats):
             "objective": type(allocator).__name__,
             "prompts": int(rates.size),
             "budget": int(budget),
+            "max_generations": int(high),
             "distinct_pass_rates": int(np.unique(rates).size),
             "trl_budget_ms": fast_s * 1e3,
             "heap_greedy_ms": heap_s * 1e3,
@@ -110,6 +111,9 @@ def main(argv=None):
         continuous = rng.uniform(0.01, 0.99, prompts)
         rows += run_case("tracked k/16 rates", tracked, budget, 2, 128, run_dp, repeats=5)
         rows += run_case("continuous rates", continuous, budget, 2, 128, run_dp, repeats=3)
+    if not args.quick:  # a max_generations far above what the budget allows: the work must follow the budget
+        rows += run_case("wide bounds, tracked k/16 rates", rng.integers(1, 16, 256) / 16.0, 2048, 2, 400_000, False,
+                         repeats=3)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(rows, indent=2))
     print(markdown_table(rows))
@@ -121,7 +125,9 @@ def markdown_table(rows) -> str:
     lines = ["| objective, pass rates | prompts | budget | trl_budget | heap greedy | dynamic program |",
              "|---|---:|---:|---:|---:|---:|"]
     for row in rows:
-        kind = "k/16" if row["case"].startswith("tracked") else "continuous"
+        kind = "k/16" if "k/16" in row["case"] else "continuous"
+        if row["max_generations"] != 128:
+            kind += f", N_up {row['max_generations']:,}"
         dp = (f"{row['dynamic_program_ms']:.0f} ms ({row['dp_over_trl_budget']:.0f}×)" if "dynamic_program_ms" in row
               else "not run")
         lines.append(f"| {row['objective'].removesuffix('Allocator')}, {kind} | {row['prompts']:,} | "

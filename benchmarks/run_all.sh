@@ -5,6 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+python benchmarks/startup_time.py           # --help and import times, each in a fresh process
 python benchmarks/allocator_speed.py        # allocation time against a heap greedy and a dynamic program
 python benchmarks/step_overhead.py          # step time against GRPOTrainer
 python benchmarks/tracker_scale.py          # tracker memory and checkpoint cost at 10^6 prompts
