@@ -3,15 +3,18 @@
     multiprocess_run.py OUTPUT_DIR ALLOCATOR          # a normal run
     multiprocess_run.py OUTPUT_DIR knapsack-probe     # with a probe stage of 2 rollouts per prompt
     multiprocess_run.py OUTPUT_DIR failing-allocator  # the allocator raises at the second step
+    multiprocess_run.py OUTPUT_DIR failing-reward     # the reward function raises on rank 1 only, at the second step
+    multiprocess_run.py OUTPUT_DIR knapsack-rank-seed # each rank is given its own `seed` (its rank)
 """
 
 import json
+import os
 import sys
 from pathlib import Path
 
 import numpy as np
 
-from helpers import ALPHABET, make_trainer  # the script's own folder is on the path
+from helpers import ALPHABET, make_trainer, parity_reward  # the script's own folder is on the path
 
 from trl_budget import BudgetGRPOTrainer, KnapsackAllocator
 from trl_budget.demo.tiny import build_char_tokenizer
@@ -54,13 +57,24 @@ class FailingAllocator:
         return self.allocator(pass_rates, budget, failure_rate)
 
 
-def main(output_dir: str, allocator: str):
+def parity_reward_failing_on_rank_1(completions, answer, trainer_state, **kwargs):
+    """The parity reward, except that it raises on rank 1 at the second step, as a flaky grader on one node would."""
+    if int(os.environ["RANK"]) == 1 and trainer_state.global_step == 1:
+        raise ConnectionError("grader unreachable from rank 1")
+    return parity_reward(completions, answer)
+
+
+def main(output_dir: str, mode: str):
     tokenizer = build_char_tokenizer(ALPHABET)
-    failing, probe = allocator == "failing-allocator", allocator.endswith("-probe")
+    failing = mode in ("failing-allocator", "failing-reward")
+    allocator = "knapsack" if failing else mode.removesuffix("-probe").removesuffix("-rank-seed")
     trainer = make_trainer(
         output_dir, tokenizer, trainer_class=RecordingTrainer, per_device_train_batch_size=4, max_steps=9,
-        budget_allocator="knapsack" if failing else allocator.removesuffix("-probe"), save_strategy="steps",
-        save_steps=9, allocator=FailingAllocator() if failing else None, budget_probe_generations=2 if probe else 0,
+        budget_allocator=allocator, save_strategy="steps", save_steps=9,
+        allocator=FailingAllocator() if mode == "failing-allocator" else None,
+        reward_funcs=parity_reward_failing_on_rank_1 if mode == "failing-reward" else parity_reward,
+        budget_probe_generations=2 if mode.endswith("-probe") else 0,
+        seed=int(os.environ["RANK"]) if mode.endswith("-rank-seed") else 0,
     )
     rank = trainer.accelerator.process_index
     if failing:

@@ -59,11 +59,24 @@ def saved_state():
         (lambda s: s["wins"].__setitem__(1, 5), r"prompt 'a' has more successes than rollouts"),
         (lambda s: (s["wins"].__setitem__(3, 0), s["trials"].__setitem__(3, 0)),
          r"prompt 'b' has no scored rollout in its latest visit"),
-        (lambda s: s["trials"].__setitem__(0, -2), r"prompt 'a' has a negative number of rollouts"),
+        (lambda s: s["trials"].__setitem__(0, -2), r"entry 0 of 'trials' \(prompt 'a'\) is -2, outside"),
         (lambda s: s["scored"].__setitem__(0, 1), r"prompt 'a' has fewer rollouts in total"),
-        (lambda s: s["batch_failure_rates"].__setitem__(0, 2.25), r"failure rates \[2.25\] must each lie"),
+        (lambda s: s["batch_failure_rates"].__setitem__(0, 2.25), r"failure rates \[2.25\] must be a list of "),
+        (lambda s: s["batch_failure_rates"].__setitem__(0, "0.5"), r"failure rates \['0.5'\] must be a list of "),
         (lambda s: s["keys"].append("c"), "do not line up"),
-        (lambda s: s.pop("scored"), "incomplete or malformed"),
+        (lambda s: s.pop("scored"), r"incomplete: it lacks \['scored'\]"),
+        # Integers beyond what stores them: before, they wrapped in an int32 cast and loaded.
+        (lambda s: (s["wins"].__setitem__(1, 2**32 + 5), s["trials"].__setitem__(1, 2**33 + 4)),
+         r"entry 1 of 'wins' \(prompt 'a'\) is 4294967301, outside \[0, 2147483647\]"),
+        (lambda s: s["trials"].__setitem__(1, 2**31), r"entry 1 of 'trials' \(prompt 'a'\) is 2147483648, outside"),
+        (lambda s: s["scored"].__setitem__(1, 2**63), r"entry 1 of 'scored' \(prompt 'b'\) is 9223372036854775808, outside"),
+        (lambda s: s["recent"].__setitem__(0, 2**70), r"entry 0 of 'recent' .* outside \[0, 0\]"),
+        # Not integers: before, 1.7 was read as 1 and "3" as 3.
+        (lambda s: s["wins"].__setitem__(1, 1.7), r"entry 1 of 'wins' \(prompt 'a'\) is 1.7; it must be a whole"),
+        (lambda s: s["wins"].__setitem__(1, "1"), r"entry 1 of 'wins' \(prompt 'a'\) is '1'; it must be a whole"),
+        (lambda s: s["wins"].__setitem__(1, True), r"entry 1 of 'wins' \(prompt 'a'\) is True; it must be a whole"),
+        (lambda s: s["trials"].__setitem__(1, float("inf")), r"entry 1 of 'trials' .* is inf; it must be a whole"),
+        (lambda s: s["keys"].__setitem__(0, 7), r"'keys' must be a list of strings"),
     ],
 )
 def test_a_poisoned_state_is_refused_naming_the_file_and_the_entry(tmp_path, corrupt, message):
@@ -76,9 +89,18 @@ def test_a_poisoned_state_is_refused_naming_the_file_and_the_entry(tmp_path, cor
     assert str(path) in str(error.value) and "delete it to resume with every prompt unseen" in str(error.value)
 
 
-def test_a_truncated_file_is_refused_naming_it(tmp_path):
+@pytest.mark.parametrize(
+    "content",
+    [
+        json.dumps(saved_state())[:40].encode(),  # cut short
+        b"\xff\xfe" + json.dumps(saved_state()).encode("utf-16-le"),  # not UTF-8
+        b"[" * 100_000 + b"]" * 100_000,  # nested deeper than the parser's stack
+    ],
+    ids=["truncated", "not-utf8", "deeply-nested"],
+)
+def test_a_file_that_is_not_json_is_refused_naming_it(tmp_path, content):
     path = tmp_path / TRACKER_STATE_NAME
-    path.write_text(json.dumps(saved_state())[:40])
+    path.write_bytes(content)
     with pytest.raises(ValueError, match=f"{path} is not valid JSON .* cut short or edited"):
         load_tracker_state(CapabilityTracker(window=2), path)
 

@@ -1,4 +1,5 @@
 import json
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -11,18 +12,38 @@ from trl_budget.checkpoint import TRACKER_STATE_NAME
 pytestmark = pytest.mark.slow
 
 
-def launch(tmp_path, allocator, timeout=600):
+def free_port() -> int:
+    """A port nothing listens on now, so that two launches on one machine do not meet on accelerate's default."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def launch_command(tmp_path, mode, port: int) -> list[str]:
     script = Path(__file__).with_name("multiprocess_run.py")
     # accelerate 1.15's `--cpu` launcher starts a single process unless MPI is set up; torchrun (`--multi_gpu`) starts
     # two, and `use_cpu=True` in the config makes them a gloo-backed MULTI_CPU group.
-    command = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-               "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-               str(script), str(tmp_path), allocator]
-    return subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    return [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+            "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+            "--main_process_port", str(port), str(script), str(tmp_path), mode]
 
 
-@pytest.mark.parametrize("allocator", ["knapsack", "coba", "knapsack-probe"])
+def launch(tmp_path, mode, timeout=600):
+    return subprocess.run(launch_command(tmp_path, mode, free_port()), capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_each_launch_gets_its_own_port(tmp_path):
+    # Two launches on accelerate's default port 29500 at once: the second fails to bind, or joins the first's group.
+    commands = [launch_command(tmp_path / str(i), "knapsack", free_port()) for i in range(2)]
+    ports = [command[command.index("--main_process_port") + 1] for command in commands]
+    assert ports[0] != ports[1] and "29500" not in ports
+
+
+@pytest.mark.parametrize("allocator", ["knapsack", "coba", "knapsack-probe", "knapsack-rank-seed"])
 def test_two_processes_make_identical_allocations(tmp_path, allocator):
+    # knapsack-rank-seed: rank 0 has seed 0, rank 1 seed 1. Before, each rank shuffled the slots with its own seed,
+    # rewards were credited to the wrong prompts and the trackers diverged.
     result = launch(tmp_path, allocator)
     assert result.returncode == 0, result.stderr[-4000:]
 
@@ -35,7 +56,8 @@ def test_two_processes_make_identical_allocations(tmp_path, allocator):
     for batch in first["batches"]:
         assert batch["local_rows"] == 4  # every rank keeps the same number of rows
         assert sum(batch["counts"]) == 8 and len(batch["counts"]) == 2
-    assert any(batch["counts"] != [4, 4] for batch in first["batches"])  # budgets really moved
+    if allocator != "knapsack-rank-seed":  # there each rank's sampler draws its own prompts: fewer come back
+        assert any(batch["counts"] != [4, 4] for batch in first["batches"])  # budgets really moved
     assert first["tracker"] == second["tracker"]
     assert first["losses"] and len(first["losses"]) == 9  # 9 steps: each prompt comes back a third time
     saved = json.loads((tmp_path / "checkpoint-9" / TRACKER_STATE_NAME).read_text())
@@ -65,3 +87,13 @@ def test_an_allocator_failure_stops_every_process(tmp_path):
     assert messages[0] == messages[1]
     assert "Rollout allocation failed on the main process" in messages[0]
     assert "ArithmeticError: allocator broke at step 2" in messages[0]
+
+
+def test_a_reward_failure_on_one_process_stops_every_process(tmp_path):
+    # Before, rank 0 waited in TRL's reward gather while rank 1's exception handler waited in another collective.
+    result = launch(tmp_path, "failing-reward", timeout=240)
+    assert result.returncode == 0, result.stderr[-4000:]
+    messages = [(tmp_path / f"rank{rank}_error.txt").read_text() for rank in range(2)]
+    assert messages[0] == messages[1]
+    assert messages[0] == ("A reward function failed on process 1, so every process stops: ConnectionError: grader "
+                           "unreachable from rank 1")

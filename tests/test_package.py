@@ -104,7 +104,7 @@ def test_an_unknown_allocator_says_what_to_write(tmp_path, name, message):
 def test_allocator_settings_are_reported_with_the_config_field(tmp_path):
     with pytest.raises(ValueError, match="^knapsack_fallback_confidence must lie in"):
         BudgetGRPOConfig(str(tmp_path), use_cpu=True, report_to=[], knapsack_fallback_confidence=1.5)
-    with pytest.raises(ValueError, match="^coba_kappa must exceed 2"):
+    with pytest.raises(ValueError, match="^coba_kappa must be a finite number above 2"):
         BudgetGRPOConfig(str(tmp_path), use_cpu=True, report_to=[], budget_allocator="coba", coba_kappa=2.0)
 
 

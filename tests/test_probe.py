@@ -78,13 +78,18 @@ def test_a_probe_run_allocates_from_fresh_rates_and_keeps_whole_groups(tmp_path,
     logs = [entry for entry in trainer.state.log_history if "budget/probe_share" in entry]
     assert len(logs) == 6 and all(entry["budget/probe_share"] == pytest.approx(0.5) for entry in logs)
     assert all(0 <= entry["budget/probe_moved_share"] <= 1 for entry in logs)
-    # The advantages the loss sees are GRPO's over each prompt's whole group, probe and second stage together.
-    logged = np.array(list(trainer._logs["advantages"])[-16:])
+    assert_advantages_over_whole_groups(trainer, recorder)
+
+
+def assert_advantages_over_whole_groups(trainer, recorder):
+    """The advantages the loss sees are GRPO's over each prompt's whole group, probe and second stage together."""
     plan = recorder.steps[-1][0]
-    rewards = np.array(list(trainer._logs["rewards"]["parity_reward"])[-16:])
-    in_plan = np.empty(16)
+    rows = int(plan.counts.sum())
+    logged = np.array(list(trainer._logs["advantages"])[-rows:])
+    rewards = np.array(list(trainer._logs["rewards"]["parity_reward"])[-rows:])
+    in_plan = np.empty(rows)
     in_plan[plan.slot_order] = rewards
-    expected = np.empty(16)
+    expected = np.empty(rows)
     for start, count in zip(np.cumsum(plan.counts) - plan.counts, plan.counts):
         group = in_plan[start : start + count]
         expected[start : start + count] = (group - group.mean()) / (group.std(ddof=1) + 1e-4)
@@ -93,12 +98,36 @@ def test_a_probe_run_allocates_from_fresh_rates_and_keeps_whole_groups(tmp_path,
 
 
 @pytest.mark.parametrize(
+    "shape",
+    [
+        # 3 prompts: a probe of 6 rows and a second stage of 6, neither a multiple of num_generations=4
+        dict(generation_batch_size=12, per_device_train_batch_size=4, num_generations=4),
+        dict(num_generations=3, per_device_train_batch_size=6),  # 2 prompts: 4 probe rows, groups of 3
+        dict(min_generations=1, max_generations=8, budget_probe_generations=1),  # 2 prompts: 2 probe rows
+    ],
+    ids=["12-rows-groups-of-4", "6-rows-groups-of-3", "probe-of-1"],
+)
+def test_a_probe_whose_stages_are_no_multiple_of_num_generations_trains(tmp_path, tokenizer, shape):
+    # Before: TRL's `rewards.view(-1, num_generations)` inside the probe stage raised on the first step.
+    options = {"budget_probe_generations": 2, "max_steps": 6, **shape}
+    trainer = make_trainer(tmp_path, tokenizer, **options)
+    recorder = RowRecorder(trainer)
+    trainer.train()
+    assert trainer.state.global_step == 6
+    assert len(recorder.steps) == 6 // trainer.args.steps_per_generation
+    for plan, _, rows in recorder.steps:
+        assert rows == plan.counts.sum() == trainer.args.generation_batch_size
+        assert (plan.counts >= options["budget_probe_generations"]).all()
+    assert_advantages_over_whole_groups(trainer, recorder)
+
+
+@pytest.mark.parametrize(
     "overrides, message",
     [
         ({"budget_probe_generations": 3}, "must lie between 0 .* and min_generations=2"),
         ({"budget_probe_generations": -1}, "must lie between 0"),
-        ({"budget_probe_history_weight": -0.5}, "budget_probe_history_weight must be 0 or more"),
-        ({"budget_probe_prior_strength": -1}, "budget_probe_prior_strength must be 0 or more"),
+        ({"budget_probe_history_weight": -0.5}, "budget_probe_history_weight must be a finite number, 0 or more"),
+        ({"budget_probe_prior_strength": -1}, "budget_probe_prior_strength must be a finite number, 0 or more"),
     ],
 )
 def test_probe_settings_that_cannot_work_are_refused(tmp_path, overrides, message):

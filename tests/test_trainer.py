@@ -196,6 +196,22 @@ def test_shared_tracker_is_used(tmp_path, tokenizer):
         ({"min_generations": 5}, "must lie between min_generations"),
         ({"max_generations": 3}, "must lie between min_generations"),
         ({"min_generations": 0}, "at least 1"),
+        # Each of these was accepted, or blamed on another setting, and failed later or never.
+        ({"min_generations": -1}, "^min_generations must be a whole number of at least 1, got -1"),
+        ({"min_generations": 2.5}, "^min_generations must be a whole number of at least 1, got 2.5"),
+        ({"max_generations": float("nan")}, "^max_generations must be a whole number"),
+        ({"knapsack_zero_pass_generations": 1.5}, "^knapsack_zero_pass_generations must be a whole number"),
+        ({"budget_allocator": "coba", "coba_kappa": float("nan")}, "^coba_kappa must be a finite number above 2"),
+        ({"budget_allocator": "coba", "coba_kappa": float("inf")}, "^coba_kappa must be a finite number above 2"),
+        ({"budget_allocator": "coba", "coba_gamma": float("nan")}, "^coba_gamma must be a finite number above 0"),
+        ({"budget_allocator": "coba", "coba_gamma": -1.0}, "^coba_gamma must be a finite number above 0"),
+        ({"pass_rate_window": float("inf")}, "^pass_rate_window must be a whole number"),
+        ({"budget_probe_history_weight": float("inf")}, "^budget_probe_history_weight must be a finite number"),
+        ({"budget_allocator_kwargs": {"fallbak": False}},
+         "^budget_allocator_kwargs has 'fallbak', which the 'knapsack' allocator .* Did you mean 'fallback'\\? Its "
+         "options are: default_generations, fallback, fallback_confidence"),
+        ({"budget_allocator_kwargs": "{fallback: false"}, "^budget_allocator_kwargs='{fallback: false' is not valid JSON"),
+        ({"budget_allocator_kwargs": '["fallback"]'}, "^budget_allocator_kwargs=\\['fallback'\\] must be a mapping"),
         ({"pass_rate_window": 0}, "pass_rate_window"),
         ({"pass_rate_min_rollouts": 0}, "pass_rate_min_rollouts"),
         ({"pass_rate_rollout_pool": -1}, "pass_rate_rollout_pool"),
@@ -220,6 +236,39 @@ def test_bad_config(tmp_path, overrides, message):
 def test_broken_allocator_fails_before_any_model_work(tmp_path, tokenizer, allocator, message):
     with pytest.raises(RuntimeError, match=f"Allocator .* returned .*{message}"):
         make_trainer(tmp_path, tokenizer, allocator=allocator)
+
+
+@pytest.mark.parametrize(
+    "allocator, message",
+    [
+        (lambda p, b, f=None: [[4], [2, 2]], r"returned \[\[4\], \[2, 2\]\], which is not an array of counts"),
+        (lambda p, b, f=None: np.array([4 + 0j, 4 + 0j]), r"returned counts of type complex128"),
+    ],
+    ids=["ragged", "complex"],
+)
+def test_an_allocator_returning_no_counts_is_named(tmp_path, tokenizer, allocator, message):
+    with pytest.raises(RuntimeError, match=f"Allocator .*{message}"):
+        make_trainer(tmp_path, tokenizer, allocator=allocator)
+
+
+def test_an_allocator_that_edits_the_pass_rates_cannot_change_the_plan(tmp_path, tokenizer):
+    def scribbling(pass_rates, budget, failure_rate=None):
+        counts = KnapsackAllocator(2, 8, default_generations=4)(pass_rates, budget, failure_rate)
+        pass_rates[:] = 0.123  # an allocator that works in place
+        return counts
+
+    trainer = make_trainer(tmp_path, tokenizer, allocator=scribbling, max_steps=4, dataset=make_dataset(2))
+    trainer.train()
+    rates = trainer.last_rollout_plan.pass_rates
+    assert not np.isnan(rates).any() and not np.isclose(rates, 0.123).any()
+
+
+def test_a_dataset_smaller_than_one_generation_batch_is_refused(tmp_path, tokenizer):
+    # Before: TRL's sampler dropped the incomplete batch, and the run trained 0 steps without a word.
+    with pytest.raises(ValueError, match="The training dataset has 5 prompts, but one generation batch needs 8 "
+                       r"distinct prompts \(generation_batch_size=64 / num_generations=8\)"):
+        make_trainer(tmp_path, tokenizer, dataset=make_dataset(5), per_device_train_batch_size=64,
+                     num_generations=8, model="no-such-org/no-such-model")
 
 
 def test_allocator_that_breaks_later_is_caught(tmp_path, tokenizer):
@@ -298,6 +347,31 @@ def test_images_are_part_of_the_prompt_key(tmp_path, tokenizer):
     inline = [[{"role": "user", "content": [{"type": "image", "image": image(v)}]}] for v in (1, 1, 2)]
     keys = [prompt_key(prompt) for prompt in inline]  # images inside the prompt itself
     assert keys[0] == keys[1] != keys[2]
+
+
+def test_palette_images_that_differ_only_in_their_palette_are_two_prompts():
+    from PIL import Image
+
+    red, blue = Image.new("P", (2, 2), 0), Image.new("P", (2, 2), 0)
+    red.putpalette([255, 0, 0] * 256)
+    blue.putpalette([0, 0, 255] * 256)
+    assert red.tobytes() == blue.tobytes()  # the same palette indices
+    assert prompt_key({"images": [red]}) != prompt_key({"images": [blue]})
+    assert prompt_key({"images": [red]}) == prompt_key({"images": [red.copy()]})
+
+
+def test_a_resume_with_other_pass_rate_settings_names_the_fields_to_set(tmp_path, tokenizer):
+    train(tmp_path / "knapsack", tokenizer, max_steps=2, save_strategy="steps", save_steps=2)
+    checkpoint = tmp_path / "knapsack" / "run" / "checkpoint-2"
+    trainer = make_trainer(tmp_path / "coba", tokenizer, budget_allocator="coba", max_steps=4)
+    with pytest.raises(ValueError, match="written with other pass-rate settings") as error:
+        trainer.train(resume_from_checkpoint=str(checkpoint))
+    message = str(error.value)
+    for expected in ("pass_rate_window=16 (this run: 1)", "pass_rate_rollout_pool=16 (this run: None)",
+                     "pass_rate_min_rollouts=8 (this run: 1)", "budget_allocator (now 'coba')"):
+        assert expected in message
+    assert "failure_rate_window" not in message  # equal in both: not to change
+    assert trainer.state.global_step == 2
 
 
 @pytest.mark.parametrize(

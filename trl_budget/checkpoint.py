@@ -6,7 +6,7 @@ import json
 import os
 from typing import Any
 
-from .tracker import CapabilityTracker
+from .tracker import CapabilityTracker, SettingsMismatch
 
 __all__ = ["TRACKER_STATE_NAME", "load_tracker_state", "write_json_atomically"]
 
@@ -60,13 +60,17 @@ def load_tracker_state(tracker: CapabilityTracker, path: str | os.PathLike) -> N
             and what to do.
     """
     try:
-        with open(path) as f:
+        with open(path, encoding="utf-8") as f:
             state = json.load(f)
-    except json.JSONDecodeError as error:
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as error:
+        # RecursionError: nesting deeper than Python's stack, which no file this package writes has.
         raise ValueError(
-            f"{os.fspath(path)} is not valid JSON ({error}): it was cut short or edited. {_REMEDY}"
+            f"{os.fspath(path)} is not valid JSON ({type(error).__name__}: {error}): it was cut short or edited. "
+            f"{_REMEDY}"
         ) from error
     try:
         tracker.load_state_dict(state)
+    except SettingsMismatch as error:  # the same kind of error, so that a trainer can name its own settings
+        raise SettingsMismatch(error.saved, error.current, f"{os.fspath(path)} cannot be restored: {error}") from error
     except ValueError as error:
         raise ValueError(f"{os.fspath(path)} cannot be restored: {error} {_REMEDY}") from error

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import math
-import warnings
+import difflib
 import inspect
 import json
+import math
+import warnings
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -230,8 +231,9 @@ class BudgetGRPOConfig(GRPOConfig):
 
         Builds the allocator and the tracker once, so that each of their settings is checked by its own constructor.
         """
-        if isinstance(self.budget_allocator_kwargs, str):
-            self.budget_allocator_kwargs = json.loads(self.budget_allocator_kwargs)
+        self.budget_allocator_kwargs = _parsed_allocator_kwargs(self.budget_allocator_kwargs)
+        for name in ("min_generations", "max_generations"):  # first: every later rule builds on them
+            _check_whole_number(name, getattr(self, name))
         if not self.min_generations <= self.num_generations <= self.max_generations:
             raise ValueError(
                 f"num_generations ({self.num_generations}) is the average number of rollouts per prompt, so it must "
@@ -254,9 +256,10 @@ class BudgetGRPOConfig(GRPOConfig):
                 f"min_generations={self.min_generations}: the probe's rollouts are part of every prompt's count. "
                 "Lower it, or raise min_generations."
             )
+        _check_whole_number("budget_probe_generations", self.budget_probe_generations, minimum=0)
         for name in ("budget_probe_history_weight", "budget_probe_prior_strength"):
-            if not getattr(self, name) >= 0:
-                raise ValueError(f"{name} must be 0 or more, got {getattr(self, name)}.")
+            if not (getattr(self, name) >= 0 and math.isfinite(getattr(self, name))):
+                raise ValueError(f"{name} must be a finite number, 0 or more, got {getattr(self, name)}.")
         self.make_allocator()
         self.make_tracker()
         self.warn_if_checkpoints_split_generation_batches()
@@ -277,10 +280,16 @@ class BudgetGRPOConfig(GRPOConfig):
         """The allocator `budget_allocator` names, built with `allocator_options()`."""
         cls = allocator_class(self.budget_allocator)
         prefix = f"{self.budget_allocator}_"
+        _check_allocator_kwargs(self.budget_allocator, cls, self.budget_allocator_kwargs)
         try:
             return cls(**self.allocator_options())
         except ValueError as error:
             raise ValueError(_name_the_field(str(error), lambda name: _field_for(self, prefix + name, name))) from error
+        except TypeError as error:  # a constructor that refuses an option in its own way
+            raise ValueError(
+                f"budget_allocator={self.budget_allocator!r} could not be built from its options "
+                f"({type(error).__name__}: {error}); check budget_allocator_kwargs={self.budget_allocator_kwargs!r}."
+            ) from error
 
     def make_tracker(self) -> CapabilityTracker:
         """The capability tracker with the config's pass-rate rule (by default, the chosen allocator's release rule)."""
@@ -334,6 +343,46 @@ def _parameters(cls) -> set[str] | None:
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
         return None
     return {p.name for p in parameters}
+
+
+def _check_whole_number(name: str, value, minimum: int = 1) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+        math.isfinite(value) and int(value) == value and value >= minimum
+    ):
+        raise ValueError(f"{name} must be a whole number of at least {minimum}, got {value!r}.")
+
+
+def _parsed_allocator_kwargs(kwargs) -> dict[str, Any] | None:
+    """`budget_allocator_kwargs` as a dict: given as one, or as a JSON object on the command line."""
+    example = """'{"fallback": false}'"""
+    if isinstance(kwargs, str):
+        try:
+            kwargs = json.loads(kwargs)
+        except json.JSONDecodeError as error:
+            raise ValueError(
+                f"budget_allocator_kwargs={kwargs!r} is not valid JSON ({error}). Give a JSON object of constructor "
+                f"options, e.g. --budget_allocator_kwargs {example}."
+            ) from error
+    if kwargs is not None and not (isinstance(kwargs, dict) and all(isinstance(key, str) for key in kwargs)):
+        raise ValueError(
+            f"budget_allocator_kwargs={kwargs!r} must be a mapping of option names to values (a dict, or a JSON "
+            f"object such as {example}), not a {type(kwargs).__name__}."
+        )
+    return kwargs
+
+
+def _check_allocator_kwargs(allocator: str, cls, kwargs: dict[str, Any] | None) -> None:
+    """Every key of `budget_allocator_kwargs` must be an option of the allocator's constructor."""
+    accepted = _parameters(cls)
+    unknown = sorted(set(kwargs or {}) - (accepted or set())) if accepted is not None else []
+    if unknown:
+        options = sorted(accepted - {"self"})
+        close = difflib.get_close_matches(unknown[0], options, n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise ValueError(
+            f"budget_allocator_kwargs has {unknown[0]!r}, which the {allocator!r} allocator ({cls.__name__}) does not "
+            f"take.{hint} Its options are: {', '.join(options)}."
+        )
 
 
 def _field_for(config, prefixed: str, plain: str) -> str:

@@ -11,11 +11,20 @@ __all__ = ["RolloutPlan", "balanced_slot_order", "checked_allocation", "stage_sl
 
 
 def checked_allocation(allocator, pass_rates: np.ndarray, budget: int, failure_rate, bounds: tuple[int, int]):
-    """Call the allocator and make sure it returned one count per prompt, within bounds, summing to the budget."""
-    counts = np.asarray(allocator(pass_rates, budget, failure_rate))
+    """Call the allocator and make sure it returned one count per prompt, within bounds, summing to the budget.
+
+    The allocator gets a copy of the pass rates: one that edits them in place cannot change what the plan records.
+    """
+    returned = allocator(np.array(pass_rates, dtype=np.float64), budget, failure_rate)
+    try:
+        counts = np.asarray(returned)
+    except ValueError as error:  # e.g. a ragged list
+        raise RuntimeError(f"Allocator {allocator!r} returned {returned!r}, which is not an array of counts: "
+                           f"{error}.") from error
     low, high = bounds
     problem = None
-    if counts.dtype == bool or not np.issubdtype(counts.dtype, np.number):
+    if counts.dtype == bool or not (np.issubdtype(counts.dtype, np.integer) or np.issubdtype(counts.dtype,
+                                                                                              np.floating)):
         problem = f"counts of type {counts.dtype} (it must return integers)"
     elif counts.shape != pass_rates.shape:
         problem = f"{counts.shape[0] if counts.ndim == 1 else counts.shape} counts for {pass_rates.size} prompts"

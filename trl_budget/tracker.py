@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["CapabilityTracker", "prompt_key"]
+__all__ = ["CapabilityTracker", "SettingsMismatch", "prompt_key"]
 
 _STATE_VERSION = 2
 MAX_ROLLOUT_POOL = 64  # the latest outcomes of a prompt are kept as the bits of one unsigned 64-bit integer
@@ -30,6 +30,9 @@ def _content_of(value: Any) -> Any:
     """JSON stand-in for what `json` cannot encode: a digest of an image's or array's content, else its `str`."""
     if hasattr(value, "tobytes") and hasattr(value, "mode") and hasattr(value, "size"):  # a PIL image
         pixels = hashlib.blake2b(value.tobytes(), digest_size=16).hexdigest()
+        if value.mode in ("P", "PA"):  # the pixels are palette indices: the colours they show live in the palette
+            palette = hashlib.blake2b(bytes(value.getpalette() or []), digest_size=16).hexdigest()
+            return {"image": [value.mode, list(value.size), pixels, palette]}
         return {"image": [value.mode, list(value.size), pixels]}
     if hasattr(value, "detach") and hasattr(value, "cpu"):  # a torch tensor
         value = value.detach().cpu().numpy()
@@ -42,10 +45,27 @@ def _content_of(value: Any) -> Any:
     return str(value)
 
 
+def _is_whole(value: Any) -> bool:
+    """2 and 2.0 are whole numbers; 2.5, NaN, infinity, True and "2" are not."""
+    return (not isinstance(value, bool) and isinstance(value, (int, float, np.integer, np.floating))
+            and bool(np.isfinite(value)) and int(value) == value)
+
+
 def _count_bits(values: np.ndarray) -> np.ndarray:
     if hasattr(np, "bitwise_count"):
         return np.bitwise_count(values).astype(np.int64)
     return np.unpackbits(values.astype(np.uint64).view(np.uint8)).reshape(-1, 64).sum(axis=1)
+
+
+class SettingsMismatch(ValueError):
+    """A saved state was made with other tracker settings than this tracker's; `differences` maps each to both."""
+
+    def __init__(self, saved: dict[str, Any], current: dict[str, Any], message: str | None = None):
+        self.differences = {name: (saved[name], current[name]) for name in current if saved[name] != current[name]}
+        listed = ", ".join(f"{name}: saved {old!r}, now {new!r}" for name, (old, new) in self.differences.items())
+        super().__init__(message or f"the saved tracker state was made with other settings ({listed}); create the "
+                         "tracker with the saved settings to restore it.")
+        self.saved, self.current = saved, current
 
 
 class CapabilityTracker:
@@ -89,16 +109,16 @@ class CapabilityTracker:
     ):
         for name, value in (("window", window), ("failure_rate_window", failure_rate_window),
                             ("min_rollouts", min_rollouts)):
-            if int(value) != value or value < 1:
-                raise ValueError(f"{name} must be a whole number of at least 1, got {value}.")
-        if rollout_pool is not None and (
-            int(rollout_pool) != rollout_pool or not 0 <= rollout_pool <= MAX_ROLLOUT_POOL
-        ):
+            if not _is_whole(value) or value < 1:
+                raise ValueError(f"{name} must be a whole number of at least 1, got {value!r}.")
+        if rollout_pool is not None and (not _is_whole(rollout_pool) or not 0 <= rollout_pool <= MAX_ROLLOUT_POOL):
             raise ValueError(
                 f"rollout_pool must be None, 0 (off) or a number of rollouts up to {MAX_ROLLOUT_POOL}, got "
                 f"{rollout_pool}."
             )
-        if not np.isfinite(success_threshold):
+        if isinstance(success_threshold, bool) or not isinstance(success_threshold, (int, float, np.number)) or not (
+            np.isfinite(success_threshold)
+        ):
             raise ValueError(f"success_threshold must be a finite number, got {success_threshold}.")
         self.window = int(window)
         self.success_threshold = float(success_threshold)
@@ -259,10 +279,7 @@ class CapabilityTracker:
         mine = self.settings()
         theirs = {name: state.get(name) for name in mine}
         if mine != theirs:
-            raise ValueError(
-                f"the saved tracker state was made with {theirs}, but this tracker uses {mine}; create the tracker "
-                "with the saved settings to restore it."
-            )
+            raise SettingsMismatch(theirs, mine)
         keys, scored, recent, wins, trials, failure_rates = _checked_columns(state, self._visits_kept,
                                                                               self.rollout_pool)
         if len(set(keys)) != len(keys):
@@ -272,44 +289,72 @@ class CapabilityTracker:
         self._batch_failure_rates = deque(failure_rates.tolist(), maxlen=self.failure_rate_window)
 
 
+_INT32_MAX = int(np.iinfo(np.int32).max)
+_INT64_MAX = int(np.iinfo(np.int64).max)
+
+
+def _checked_integers(state: dict[str, Any], name: str, keys: list[str], per_key: int, largest: int) -> np.ndarray:
+    """The column `name` as int64, each entry a JSON integer in [0, `largest`] (the dtype that stores it).
+
+    A float (1.7, or 3.0), a string ("3"), a boolean or a number beyond the storing dtype is refused here, naming the
+    entry: a cast would silently round, parse or wrap it.
+    """
+    values = state[name]
+    if not isinstance(values, list):
+        raise ValueError(f"the saved tracker state's {name!r} is a {type(values).__name__}, not a list of integers.")
+    if set(map(type, values)) - {int}:
+        index = next(i for i, value in enumerate(values) if type(value) is not int)
+        raise ValueError(f"{_entry(name, index, keys, per_key)} is {values[index]!r}; it must be a whole number "
+                         "written as a JSON integer.")
+    if values and not (0 <= min(values) and max(values) <= largest):
+        index = next(i for i, value in enumerate(values) if not 0 <= value <= largest)
+        raise ValueError(f"{_entry(name, index, keys, per_key)} is {values[index]}, outside [0, {largest}].")
+    return np.asarray(values, dtype=np.int64 if largest <= _INT64_MAX else np.uint64)
+
+
+def _entry(name: str, index: int, keys: list[str], per_key: int) -> str:
+    row = index // per_key
+    owner = f" (prompt {keys[row]!r})" if row < len(keys) else ""
+    return f"entry {index} of {name!r}{owner}"
+
+
 def _checked_columns(state: dict[str, Any], visits_kept: int, rollout_pool: int | None):
     """The state's columns as arrays, or a `ValueError` that names the first entry breaking a rule."""
-    try:
-        keys = [str(key) for key in state["keys"]]
-        scored = np.asarray(state["scored"], dtype=np.int64)
-        recent_values = state["recent"]
-        wins = np.asarray(state["wins"], dtype=np.int64)
-        trials = np.asarray(state["trials"], dtype=np.int64)
-        if wins.size == trials.size == len(keys) * visits_kept:
-            wins, trials = wins.reshape(len(keys), visits_kept), trials.reshape(len(keys), visits_kept)
-        failure_rates = np.asarray(state["batch_failure_rates"], dtype=np.float64).reshape(-1)
-    except (KeyError, TypeError, ValueError) as error:
-        raise ValueError(f"the saved tracker state is incomplete or malformed ({type(error).__name__}: {error}).")
+    missing = [name for name in ("keys", "scored", "recent", "wins", "trials", "batch_failure_rates")
+               if name not in state]
+    if missing:
+        raise ValueError(f"the saved tracker state is incomplete: it lacks {missing}.")
+    keys = state["keys"]
+    if not isinstance(keys, list) or set(map(type, keys)) - {str}:
+        raise ValueError("the saved tracker state's 'keys' must be a list of strings (the prompt keys).")
+    scored = _checked_integers(state, "scored", keys, 1, _INT64_MAX)
+    recent = _checked_integers(state, "recent", keys, 1, (1 << (rollout_pool or 0)) - 1)
+    wins = _checked_integers(state, "wins", keys, visits_kept, _INT32_MAX)
+    trials = _checked_integers(state, "trials", keys, visits_kept, _INT32_MAX)
+    failure_rates = state["batch_failure_rates"]
+    if not isinstance(failure_rates, list) or set(map(type, failure_rates)) - {int, float} or not all(
+        0 <= rate <= 1 for rate in failure_rates
+    ):
+        raise ValueError(f"the saved batch failure rates {failure_rates!r} must be a list of numbers in [0, 1].")
     expected = (len(keys), visits_kept)
-    if scored.shape != expected[:1] or len(recent_values) != len(keys) or not wins.shape == trials.shape == expected:
+    if scored.shape != expected[:1] or recent.shape != expected[:1] or not wins.size == trials.size == np.prod(expected):
         raise ValueError(
             f"the saved tracker state's columns do not line up: {len(keys)} keys, {scored.size} scored counts, "
-            f"{len(recent_values)} outcome sets, visits of shapes {wins.shape} and {trials.shape} (expected "
-            f"{expected})."
+            f"{recent.size} outcome sets, {wins.size} and {trials.size} visit entries (expected "
+            f"{np.prod(expected)}: {visits_kept} per prompt)."
         )
-    limit = 1 << (rollout_pool or 0)
-    bad_recent = [i for i, value in enumerate(recent_values) if not (isinstance(value, int) and 0 <= value < limit)]
+    wins, trials = wins.reshape(expected), trials.reshape(expected)
     checks = [
-        (np.flatnonzero((trials < 0).any(axis=1)), "has a negative number of rollouts in a visit"),
-        (np.flatnonzero((wins < 0).any(axis=1)), "has a negative number of successes in a visit"),
         (np.flatnonzero((wins > trials).any(axis=1)), "has more successes than rollouts in a visit"),
         (np.flatnonzero(trials.sum(axis=1) > scored), "has fewer rollouts in total than in its latest visits"),
         (np.flatnonzero(trials[:, -1] < 1), "has no scored rollout in its latest visit"),
-        (np.asarray(bad_recent, dtype=np.int64), f"has latest outcomes outside the {rollout_pool or 0}-rollout pool"),
     ]
     for rows, rule in checks:
         if rows.size:
             row = int(rows[0])
             raise ValueError(
                 f"prompt {keys[row]!r} {rule} (scored {int(scored[row])}, visits "
-                f"{list(zip(wins[row].tolist(), trials[row].tolist()))}, latest outcomes {recent_values[row]!r})."
+                f"{list(zip(wins[row].tolist(), trials[row].tolist()))}, latest outcomes {int(recent[row])})."
             )
-    if not ((failure_rates >= 0) & (failure_rates <= 1)).all():
-        raise ValueError(f"the saved batch failure rates {failure_rates.tolist()} must each lie in [0, 1].")
-    return keys, scored, np.asarray(recent_values, dtype=np.uint64), wins.astype(np.int32), trials.astype(
-        np.int32), failure_rates
+    return keys, scored, recent.astype(np.uint64), wins.astype(np.int32), trials.astype(np.int32), np.asarray(
+        failure_rates, dtype=np.float64)

@@ -27,10 +27,10 @@ from trl.trainer.utils import get_callable_name, get_config_model_id
 from .advantages import grouped_advantages
 from .allocators import Allocator
 from .checkpoint import TRACKER_STATE_NAME, load_tracker_state, write_json_atomically
-from .config import BudgetGRPOConfig
+from .config import TRACKER_FIELDS, BudgetGRPOConfig
 from .probe import fresh_pass_rates, merge_outputs
 from .rollout_plan import RolloutPlan, balanced_slot_order, checked_allocation, stage_slots
-from .tracker import CapabilityTracker, prompt_key
+from .tracker import CapabilityTracker, SettingsMismatch, prompt_key
 
 logger = logging.get_logger(__name__)
 
@@ -124,9 +124,14 @@ class BudgetGRPOTrainer(GRPOTrainer):
             self.allocator, np.full(prompts_per_batch, np.nan), args.generation_batch_size, None,
             (args.min_generations, args.max_generations),
         )
+        check_dataset_fills_a_generation_batch(train_dataset, prompts_per_batch, args)
         self._budget_history = {"rollouts_per_prompt": [], "pass_rates": []}
         self.last_rollout_plan: RolloutPlan | None = None  # the latest training batch's allocation, for inspection
         super().__init__(model, reward_funcs, args, *positional, **kwargs)
+        # The slot layout must be the same on every process, whatever seed each was given: the main process's rules.
+        seed = [args.seed]
+        broadcast_object_list(seed, from_process=0)
+        self._layout_seed = int(seed[0])
 
     # ----------------------------------------------------------------------------------------------- allocation
 
@@ -185,22 +190,53 @@ class BudgetGRPOTrainer(GRPOTrainer):
             raise RuntimeError(f"Rollout allocation failed on the main process, so every process stops: {error}")
         return counts, history_counts
 
-    def _generate_stage(self, prompts: list[dict[str, Any]], stage_counts: np.ndarray, seed: int):
+    def _generate_stage(self, prompts: list[dict[str, Any]], stage_counts: np.ndarray, seed: int, trl_layout: bool):
         """TRL's generation and scoring of `stage_counts[i]` rollouts of each prompt, dealt over the processes.
 
         Returns this process's output, the stage's slot of every row (process by process), and the gathered rewards.
+        With `trl_layout` the rows are TRL's own (equal groups of `num_generations`, in order), so TRL's advantages
+        are kept; otherwise TRL groups nothing, and the advantages are computed afterwards over the plan's groups.
         """
         order = balanced_slot_order(stage_counts, self.accelerator.num_processes, seed)
         prompt_of_slot = np.repeat(np.arange(len(prompts)), stage_counts)
         local = len(order) // self.accelerator.num_processes
         rank = self.accelerator.process_index
         mine = [prompts[prompt_of_slot[slot]] for slot in order[rank * local : (rank + 1) * local]]
-        output = super()._generate_and_score_completions(mine)
+        if trl_layout:
+            output = super()._generate_and_score_completions(mine)
+        else:
+            # TRL views the stage's rewards as groups of num_generations (`rewards.view(-1, num_generations)`), which
+            # fails when a stage's row count is no multiple of it (a probe of 2 rollouts from 3 prompts: 6 rows, 4 per
+            # group). Its groups are discarded anyway, so it groups each row alone while it scores the stage.
+            self.num_generations = 1
+            try:
+                output = super()._generate_and_score_completions(mine)
+            finally:
+                self.num_generations = self.args.num_generations
         return output, order, self._gathered_rewards
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
-        # Keeps the gathered rewards so that advantages can be recomputed over variable-size groups.
-        self._gathered_rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        # Keeps the gathered rewards so that advantages can be recomputed over variable-size groups. A reward function
+        # that raises on one process only would leave the others waiting in TRL's gather (its last statement), and an
+        # exception handler reaching another collective would hang the run: the failing process meets that gather
+        # with unscorable rows instead, and then every process raises the same error.
+        if self.accelerator.num_processes == 1:
+            self._gathered_rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+            return self._gathered_rewards
+        failure = None
+        try:
+            self._gathered_rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        except Exception as error:  # noqa: BLE001 - re-raised below, on every rank
+            failure = f"{type(error).__name__}: {error}"
+            unscorable = torch.full((len(prompts), len(self.reward_funcs)), torch.nan, device=self.accelerator.device)
+            self._gathered_rewards = self.accelerator.gather(unscorable)
+        failures = gather_object([failure])
+        failed = [(rank, message) for rank, message in enumerate(failures) if message is not None]
+        if failed:
+            rank, message = failed[0]
+            raise RuntimeError(
+                f"A reward function failed on process {rank}, so every process stops: {message}"
+            )
         return self._gathered_rewards
 
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
@@ -217,11 +253,12 @@ class BudgetGRPOTrainer(GRPOTrainer):
         prompts, keys = self._gather_prompts(inputs)
         budget, probe = len(inputs) * self.accelerator.num_processes, self.args.budget_probe_generations
         history_rates, failure_rate = self.tracker.pass_rates(keys), self.tracker.failure_rate
-        seed = self.args.seed * 1_000_003 + self.state.global_step
+        seed = self._layout_seed * 1_000_003 + self.state.global_step
         probe_counts = np.full(len(prompts), probe)
         stages = []  # (output, slot of each row within the stage, gathered rewards, stage counts)
+        zero_std_logged = len(self._metrics["train"]["frac_reward_zero_std"])
         if probe:  # the probe stage: k rollouts of every prompt, scored, then fresh pass rates
-            stages.append((*self._generate_stage(prompts, probe_counts, seed), probe_counts))
+            stages.append((*self._generate_stage(prompts, probe_counts, seed, trl_layout=False), probe_counts))
             wins, trials = self._successes_per_prompt(stages[0][2], stages[0][1], probe_counts)
             pass_rates = fresh_pass_rates(*self.tracker.evidence(keys), wins, trials,
                                           self.args.budget_probe_history_weight, self.args.budget_probe_prior_strength)
@@ -230,7 +267,9 @@ class BudgetGRPOTrainer(GRPOTrainer):
             pass_rates, history_counts = history_rates, None
             counts, _ = self._allocate(pass_rates, budget, failure_rate)
         if (counts > probe_counts).any():
-            stages.append((*self._generate_stage(prompts, counts - probe_counts, seed + 1), counts - probe_counts))
+            rest = counts - probe_counts
+            trl_layout = not probe and self.accelerator.num_processes == 1 and (counts == self.num_generations).all()
+            stages.append((*self._generate_stage(prompts, rest, seed + 1, trl_layout), rest))
 
         # Where each row's rollout sits in the plan (each prompt's slots contiguous, the probe's first), stage by stage
         # and process by process, as TRL gathered the rewards.
@@ -259,7 +298,9 @@ class BudgetGRPOTrainer(GRPOTrainer):
                 rewards_per_func, torch.as_tensor(counts, device=device), self.reward_weights, self.scale_rewards,
                 self.multi_objective_aggregation,
             )
-            self._metrics["train"]["frac_reward_zero_std"][-1] = is_std_zero.float().mean().item()
+            zero_std = self._metrics["train"]["frac_reward_zero_std"]
+            del zero_std[zero_std_logged:]  # one figure for the batch, not one per stage
+            zero_std.append(is_std_zero.float().mean().item())
         if self.args.advantage_clip is not None:
             advantages = advantages.clamp(-self.args.advantage_clip, self.args.advantage_clip)
 
@@ -404,13 +445,29 @@ class BudgetGRPOTrainer(GRPOTrainer):
             return
         path = os.path.join(checkpoint, TRACKER_STATE_NAME)
         if os.path.exists(path):
-            load_tracker_state(self.tracker, path)
+            try:
+                load_tracker_state(self.tracker, path)
+            except SettingsMismatch as error:
+                raise ValueError(self._settings_mismatch_message(path, error)) from error
         else:
             logger.warning(
                 f"{path} is missing: the checkpoint was written by GRPOTrainer or by an older trl_budget, or its save "
                 "was interrupted. The run resumes with every prompt unseen, so allocation starts over from the "
                 "default counts and learns the pass rates again as prompts come back."
             )
+
+
+    def _settings_mismatch_message(self, path: str, error: SettingsMismatch) -> str:
+        """Which config fields to set, and to what, to resume from a tracker file made with other settings."""
+        fields_to_set = ", ".join(f"{TRACKER_FIELDS.get(name, name)}={saved!r} (this run: {current!r})"
+                                  for name, (saved, current) in error.differences.items())
+        return (
+            f"{path} was written with other pass-rate settings than this run's, so its pass rates cannot be carried "
+            f"over. To resume it, set {fields_to_set}; fields left at None follow budget_allocator (now "
+            f"{self.args.budget_allocator!r}), so a changed allocator changes them too. To keep this run's settings, "
+            "start from this checkpoint's model without resume_from_checkpoint, or delete the file to resume with "
+            "every prompt unseen."
+        )
 
 
 def refuse_seeded_vllm_generation(args: BudgetGRPOConfig) -> None:
@@ -439,6 +496,20 @@ def check_prompt_id_column(column: str | None, dataset) -> None:
         missing = next((i for i, value in enumerate(dataset[column]) if _is_missing(value)), None)
         if missing is not None:
             raise _missing_id_error(column, dataset[missing][column], f"in row {missing} of the training dataset")
+
+
+def check_dataset_fills_a_generation_batch(dataset, prompts_per_batch: int, args: BudgetGRPOConfig) -> None:
+    """TRL's sampler drops a generation batch it cannot fill: a smaller dataset would train no step, silently."""
+    if dataset is None or isinstance(dataset, dict) or not hasattr(dataset, "__len__"):
+        return
+    if len(dataset) < prompts_per_batch:
+        raise ValueError(
+            f"The training dataset has {len(dataset)} prompts, but one generation batch needs {prompts_per_batch} "
+            f"distinct prompts (generation_batch_size={args.generation_batch_size} / num_generations="
+            f"{args.num_generations}); TRL's sampler drops a batch it cannot fill, so this run would train no step. "
+            "Add prompts, or lower per_device_train_batch_size, steps_per_generation or generation_batch_size "
+            f"(at most {len(dataset) * args.num_generations} rollouts per generation batch with this dataset)."
+        )
 
 
 def _is_missing(value: Any) -> bool:
