@@ -17,6 +17,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from .checks import check_finite, check_whole_number
+
 __all__ = [
     "Allocator",
     "CoBAAllocator",
@@ -324,25 +326,9 @@ def _equal_increment_gains(upper: np.ndarray, levels: np.ndarray, lower: np.ndar
     return np.where(levels < upper, lower - levels, -np.inf)
 
 
-def _check_whole(name: str, value, minimum: int) -> None:
-    """A count option: a whole number (2 or 2.0, never 2.5, True or NaN) of at least `minimum`."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) or not (
-        math.isfinite(value) and int(value) == value and value >= minimum
-    ):
-        raise ValueError(f"{name} must be a whole number of at least {minimum}, got {value!r}.")
-
-
-def _check_finite(name: str, value, low: float, rule: str) -> None:
-    """A real option: a finite number above `low` (NaN and infinity fail every allocation later, so refuse them now)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) or not (
-        math.isfinite(value) and value > low
-    ):
-        raise ValueError(f"{name} must be a finite number {rule}, got {value!r}.")
-
-
 def _check_bounds(min_generations: int, max_generations: int) -> None:
-    _check_whole("min_generations", min_generations, 1)
-    _check_whole("max_generations", max_generations, 1)
+    check_whole_number("min_generations", min_generations, 1)
+    check_whole_number("max_generations", max_generations, 1)
     if min_generations > max_generations:
         raise ValueError(
             f"min_generations ({min_generations}) must not exceed max_generations ({max_generations})."
@@ -476,7 +462,7 @@ class KnapsackAllocator(_BoundedAllocator):
             ("full_pass_generations", full_pass_generations),
         ):
             if count is not None:
-                _check_whole(name, count, 1)
+                check_whole_number(name, count, 1)
         self.default_generations = default_generations
         self.zero_pass_generations = zero_pass_generations
         self.full_pass_generations = full_pass_generations
@@ -591,8 +577,8 @@ class CoBAAllocator(_BoundedAllocator):
         easy_threshold: float = 0.99,
     ):
         super().__init__(min_generations, max_generations)
-        _check_finite("kappa", kappa, 2.0, "above 2, so that alpha and beta can both be at least 1")
-        _check_finite("gamma", gamma, 0.0, "above 0 (the steepness of the sigmoid on failure rates below 0.5)")
+        check_finite("kappa", kappa, 2.0, "above 2, so that alpha and beta can both be at least 1")
+        check_finite("gamma", gamma, 0.0, "above 0 (the steepness of the sigmoid on failure rates below 0.5)")
         if not 0.0 <= exploration_share <= 1.0:
             raise ValueError(f"exploration_share must lie in [0, 1], got {exploration_share}.")
         if not 0.0 <= hard_threshold < easy_threshold <= 1.0:

@@ -13,6 +13,7 @@ from typing import Any
 from trl import GRPOConfig
 
 from .allocators import allocator_class, release_pass_rate_rule
+from .checks import check_whole_number
 from .tracker import CapabilityTracker
 
 # Tracker constructor argument -> the config field that sets it.
@@ -233,7 +234,7 @@ class BudgetGRPOConfig(GRPOConfig):
         """
         self.budget_allocator_kwargs = _parsed_allocator_kwargs(self.budget_allocator_kwargs)
         for name in ("min_generations", "max_generations"):  # first: every later rule builds on them
-            _check_whole_number(name, getattr(self, name))
+            check_whole_number(name, getattr(self, name), 1)
         if not self.min_generations <= self.num_generations <= self.max_generations:
             raise ValueError(
                 f"num_generations ({self.num_generations}) is the average number of rollouts per prompt, so it must "
@@ -256,7 +257,7 @@ class BudgetGRPOConfig(GRPOConfig):
                 f"min_generations={self.min_generations}: the probe's rollouts are part of every prompt's count. "
                 "Lower it, or raise min_generations."
             )
-        _check_whole_number("budget_probe_generations", self.budget_probe_generations, minimum=0)
+        check_whole_number("budget_probe_generations", self.budget_probe_generations, 0)
         for name in ("budget_probe_history_weight", "budget_probe_prior_strength"):
             if not (getattr(self, name) >= 0 and math.isfinite(getattr(self, name))):
                 raise ValueError(f"{name} must be a finite number, 0 or more, got {getattr(self, name)}.")
@@ -343,13 +344,6 @@ def _parameters(cls) -> set[str] | None:
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
         return None
     return {p.name for p in parameters}
-
-
-def _check_whole_number(name: str, value, minimum: int = 1) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
-        math.isfinite(value) and int(value) == value and value >= minimum
-    ):
-        raise ValueError(f"{name} must be a whole number of at least {minimum}, got {value!r}.")
 
 
 def _parsed_allocator_kwargs(kwargs) -> dict[str, Any] | None:

@@ -10,6 +10,8 @@ from typing import Any
 
 import numpy as np
 
+from .checks import is_whole_number
+
 __all__ = ["CapabilityTracker", "SettingsMismatch", "prompt_key"]
 
 _STATE_VERSION = 2
@@ -43,12 +45,6 @@ def _content_of(value: Any) -> Any:
     if isinstance(value, np.generic):
         return value.item()
     return str(value)
-
-
-def _is_whole(value: Any) -> bool:
-    """2 and 2.0 are whole numbers; 2.5, NaN, infinity, True and "2" are not."""
-    return (not isinstance(value, bool) and isinstance(value, (int, float, np.integer, np.floating))
-            and bool(np.isfinite(value)) and int(value) == value)
 
 
 def _count_bits(values: np.ndarray) -> np.ndarray:
@@ -109,9 +105,9 @@ class CapabilityTracker:
     ):
         for name, value in (("window", window), ("failure_rate_window", failure_rate_window),
                             ("min_rollouts", min_rollouts)):
-            if not _is_whole(value) or value < 1:
+            if not is_whole_number(value) or value < 1:
                 raise ValueError(f"{name} must be a whole number of at least 1, got {value!r}.")
-        if rollout_pool is not None and (not _is_whole(rollout_pool) or not 0 <= rollout_pool <= MAX_ROLLOUT_POOL):
+        if rollout_pool is not None and (not is_whole_number(rollout_pool) or not 0 <= rollout_pool <= MAX_ROLLOUT_POOL):
             raise ValueError(
                 f"rollout_pool must be None, 0 (off) or a number of rollouts up to {MAX_ROLLOUT_POOL}, got "
                 f"{rollout_pool}."
