@@ -121,7 +121,7 @@ def main(argv=None):
 
 
 def markdown_table(rows) -> str:
-    """The README's table."""
+    """The table docs/benchmarks.md cites."""
     lines = ["| objective, pass rates | prompts | budget | trl_budget | heap greedy | dynamic program |",
              "|---|---:|---:|---:|---:|---:|"]
     for row in rows:

@@ -8,7 +8,7 @@ side in one invocation. Two regimes, fixed here before any run (pre-registered):
   problems from three levels of middling difficulty (2+1 digits, 2+2, 2x1), so that each prompt comes back only two or
   three times (thin history, as with a large RLVR dataset) and training-set and held-out accuracy measure the same
   skill. 480 updates = 30 720 rollouts per run; 5 seeds; held-out accuracy on 480 problems of the same levels.
-- `small` (the README's earlier table): 240 prompts of all six levels, 8 prompts x 8 per batch, one update per batch,
+- `small` (docs/benchmarks.md's earlier table): 240 prompts of all six levels, 8 prompts x 8 per batch, one update per batch,
   N up to 32, 3 seeds.
 
 The metric: final held-out accuracy (exact match, mean of 4 samples at temperature 1); per variant the paired
@@ -146,7 +146,7 @@ def main(argv=None) -> dict:
 
 
 def markdown_table(summary: dict[str, dict]) -> str:
-    """The README's table: final accuracies, paired differences to uniform with their 95% intervals, ratios."""
+    """The table docs/benchmarks.md cites: final accuracies, paired differences to uniform with their 95% intervals, ratios."""
     lines = ["| variant | held-out accuracy | vs uniform (95% CI) | training-set accuracy | effective ratio | "
              "uniform's rollouts to match |",
              "|---|---:|---:|---:|---:|---:|"]

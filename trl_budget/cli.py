@@ -17,7 +17,7 @@ DEMO_ALLOCATOR, DEMO_PROBE = "knapsack", 0
 WHAT_YOU_SEE = (
     "What you see: held-out accuracy against rollouts spent for {variant} and for uniform GRPO at the same budget "
     "(left), the share of rollouts that carry a gradient (middle), and how many rollouts each prompt got (right). In "
-    "the 5-seed study of this regime (README: 'The allocation study') allocation does not buy held-out accuracy: "
+    "the 5-seed study of this regime (docs/benchmarks.md: 'The allocation study') allocation does not buy held-out accuracy: "
     "Knapsack RL ends within a point of uniform (-0.1 point, 95% interval [-0.8, +0.6]) while raising the share of "
     "rollouts with a gradient by 8%, and a 2-rollout probe loses a point. One seed here moves a point either way."
 )

@@ -107,7 +107,7 @@ class CapabilityTracker:
                             ("min_rollouts", min_rollouts)):
             if not is_whole_number(value) or value < 1:
                 raise ValueError(f"{name} must be a whole number of at least 1, got {value!r}.")
-        if rollout_pool is not None and (not is_whole_number(rollout_pool) or not 0 <= rollout_pool <= MAX_ROLLOUT_POOL):
+        if rollout_pool is not None and not (is_whole_number(rollout_pool) and 0 <= rollout_pool <= MAX_ROLLOUT_POOL):
             raise ValueError(
                 f"rollout_pool must be None, 0 (off) or a number of rollouts up to {MAX_ROLLOUT_POOL}, got "
                 f"{rollout_pool}."
@@ -333,7 +333,8 @@ def _checked_columns(state: dict[str, Any], visits_kept: int, rollout_pool: int 
     ):
         raise ValueError(f"the saved batch failure rates {failure_rates!r} must be a list of numbers in [0, 1].")
     expected = (len(keys), visits_kept)
-    if scored.shape != expected[:1] or recent.shape != expected[:1] or not wins.size == trials.size == np.prod(expected):
+    lined_up = scored.shape == recent.shape == expected[:1] and wins.size == trials.size == np.prod(expected)
+    if not lined_up:
         raise ValueError(
             f"the saved tracker state's columns do not line up: {len(keys)} keys, {scored.size} scored counts, "
             f"{recent.size} outcome sets, {wins.size} and {trials.size} visit entries (expected "

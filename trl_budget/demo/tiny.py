@@ -21,8 +21,13 @@ def build_char_tokenizer(alphabet: str) -> PreTrainedTokenizerFast:
     )
 
 
-def build_tiny_model(tokenizer, hidden_size: int = 32, num_layers: int = 1, seed: int = 0) -> LlamaForCausalLM:
-    """A small Llama-architecture causal LM sized for `tokenizer`, initialised from `seed`."""
+def build_tiny_model(tokenizer, hidden_size: int = 32, num_layers: int = 1, seed: int = 0, head_size: int = 16,
+                     tie_word_embeddings: bool = True) -> LlamaForCausalLM:
+    """A small Llama-architecture causal LM sized for `tokenizer`, initialised from `seed`.
+
+    vLLM's CPU attention needs a head size of 32, 64, 80, 96, ... and its in-place weight reload needs untied
+    embeddings: `head_size=32, tie_word_embeddings=False` builds a model that a vLLM engine on CPU can serve.
+    """
     import torch
 
     torch.manual_seed(seed)
@@ -31,12 +36,12 @@ def build_tiny_model(tokenizer, hidden_size: int = 32, num_layers: int = 1, seed
         hidden_size=hidden_size,
         intermediate_size=2 * hidden_size,
         num_hidden_layers=num_layers,
-        num_attention_heads=max(1, hidden_size // 16),
-        num_key_value_heads=max(1, hidden_size // 16),
+        num_attention_heads=max(1, hidden_size // head_size),
+        num_key_value_heads=max(1, hidden_size // head_size),
         max_position_embeddings=256,
         pad_token_id=tokenizer.pad_token_id,
         eos_token_id=tokenizer.eos_token_id,
         bos_token_id=None,
-        tie_word_embeddings=True,
+        tie_word_embeddings=tie_word_embeddings,
     )
     return LlamaForCausalLM(config)

