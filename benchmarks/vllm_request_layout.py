@@ -21,6 +21,7 @@ import argparse
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -99,7 +100,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--max-tokens", type=int, default=16)
-    parser.add_argument("--port", type=int, default=18321)
+    parser.add_argument("--port", type=int, default=0, help="the server's port (default: a free one)")
     parser.add_argument("--output", default=str(ROOT / "benchmarks/results/vllm_request_layout.json"))
     parser.add_argument("--ignore-eos", action="store_true",
                         help="every rollout runs to --max-tokens (as wrong answers run to the length limit), so "
@@ -119,6 +120,10 @@ def main() -> None:
     if args.engine:
         return run_engine_only(args, prompt_ids, allocations)
 
+    if not args.port:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            args.port = probe.getsockname()[1]
     log = open(Path(tempfile.gettempdir()) / "vllm_request_layout_server.log", "w")
     server = subprocess.Popen(
         [str(Path(sys.executable).with_name("trl")), "vllm-serve", "--model", str(folder), "--host", "127.0.0.1",

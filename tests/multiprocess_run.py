@@ -5,6 +5,7 @@
     multiprocess_run.py OUTPUT_DIR failing-allocator  # the allocator raises at the second step
     multiprocess_run.py OUTPUT_DIR failing-reward     # the reward function raises on rank 1 only, at the second step
     multiprocess_run.py OUTPUT_DIR knapsack-rank-seed # each rank is given its own `seed` (its rank)
+    multiprocess_run.py OUTPUT_DIR knapsack-beyond    # a column prior, group pools and prompt-weighted loss
 """
 
 import json
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from helpers import ALPHABET, make_trainer, parity_reward  # the script's own folder is on the path
+from helpers import ALPHABET, make_dataset, make_trainer, parity_reward  # the script's own folder is on the path
 
 from trl_budget import BudgetGRPOTrainer, KnapsackAllocator
 from trl_budget.demo.tiny import build_char_tokenizer
@@ -67,14 +68,21 @@ def parity_reward_failing_on_rank_1(completions, answer, trainer_state, **kwargs
 def main(output_dir: str, mode: str):
     tokenizer = build_char_tokenizer(ALPHABET)
     failing = mode in ("failing-allocator", "failing-reward")
-    allocator = "knapsack" if failing else mode.removesuffix("-probe").removesuffix("-rank-seed")
+    allocator = "knapsack" if failing else mode.removesuffix("-probe").removesuffix("-rank-seed").removesuffix("-beyond")
+    beyond = {}
+    if mode.endswith("-beyond"):
+        levels = ["easy", "hard", "easy"]
+        data = make_dataset().map(lambda row, i: {"prior": [0.8, None, 0.3][i % 3], "level": levels[i % 3]},
+                                  with_indices=True)
+        beyond = dict(dataset=data, pass_rate_prior_column="prior", prompt_group_column="level",
+                      budget_loss_weighting="prompt")
     trainer = make_trainer(
         output_dir, tokenizer, trainer_class=RecordingTrainer, per_device_train_batch_size=4, max_steps=9,
         budget_allocator=allocator, save_strategy="steps", save_steps=9,
         allocator=FailingAllocator() if mode == "failing-allocator" else None,
         reward_funcs=parity_reward_failing_on_rank_1 if mode == "failing-reward" else parity_reward,
         budget_probe_generations=2 if mode.endswith("-probe") else 0,
-        seed=int(os.environ["RANK"]) if mode.endswith("-rank-seed") else 0,
+        seed=int(os.environ["RANK"]) if mode.endswith("-rank-seed") else 0, **beyond,
     )
     rank = trainer.accelerator.process_index
     if failing:

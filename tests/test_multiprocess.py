@@ -40,7 +40,7 @@ def test_each_launch_gets_its_own_port(tmp_path):
     assert ports[0] != ports[1] and "29500" not in ports
 
 
-@pytest.mark.parametrize("allocator", ["knapsack", "coba", "knapsack-probe", "knapsack-rank-seed"])
+@pytest.mark.parametrize("allocator", ["knapsack", "coba", "knapsack-probe", "knapsack-rank-seed", "knapsack-beyond"])
 def test_two_processes_make_identical_allocations(tmp_path, allocator):
     # knapsack-rank-seed: rank 0 has seed 0, rank 1 seed 1. Before, each rank shuffled the slots with its own seed,
     # rewards were credited to the wrong prompts and the trackers diverged.
@@ -71,6 +71,8 @@ def test_two_processes_make_identical_allocations(tmp_path, allocator):
         for start, count in zip(np.cumsum(counts) - counts, counts):
             group = rewards[start : start + count]
             expected[start : start + count] = (group - group.mean()) / (group.std(ddof=1) + 1e-4)
+            if allocator.endswith("-beyond"):  # prompt-weighted loss: num_generations / N_i
+                expected[start : start + count] *= 4 / count
         prompt_of_slot = np.repeat(np.arange(counts.size), counts)
         for rank in (mine, theirs):
             np.testing.assert_allclose(rank["my_advantages"], expected[rank["my_slots"]], atol=1e-5)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from trl.trainer.utils import nanstd
 
-__all__ = ["grouped_advantages"]
+__all__ = ["grouped_advantages", "prompt_loss_weights"]
 
 
 def grouped_advantages(
@@ -75,3 +75,15 @@ def grouped_advantages(
         )
     is_std_zero = torch.isclose(std, torch.zeros_like(std))
     return torch.nan_to_num(advantages, nan=0.0), is_std_zero
+
+
+def prompt_loss_weights(counts: torch.Tensor, num_generations: int) -> torch.Tensor:
+    """Per row, the factor `num_generations / N_i` that gives each prompt's rollouts together the loss weight of
+    `num_generations` rollouts (`budget_loss_weighting="prompt"`).
+
+    Every TRL loss is positively homogeneous in the advantage (the clipped surrogate `-min(r A, clip(r) A)`, CISPO's,
+    SAPO's and VESPO's weights depend on the advantage's sign only), so scaling a prompt's advantages by a positive
+    factor scales that prompt's policy-loss terms by exactly that factor.
+    """
+    factors = num_generations / counts.to(torch.float32)
+    return factors.repeat_interleave(counts)

@@ -13,8 +13,11 @@ from typing import Any
 from trl import GRPOConfig
 
 from .allocators import allocator_class, release_pass_rate_rule
-from .checks import check_whole_number
+from .checks import check_finite, check_whole_number
 from .tracker import CapabilityTracker
+
+# TRL 1.16's losses, each positively homogeneous in the advantage (checked against TRL's own loss in the tests).
+PROMPT_WEIGHTED_LOSSES = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo", "cispo", "sapo", "vespo")
 
 # Tracker constructor argument -> the config field that sets it.
 TRACKER_FIELDS = {
@@ -73,6 +76,19 @@ class BudgetGRPOConfig(GRPOConfig):
         prompt_id_column (`str` or `None`, *optional*, defaults to `None`):
             Dataset column identifying a prompt. When `None`, a stable hash of the prompt content is used.
 
+        > Parameters of the prior for unseen prompts
+
+        pass_rate_prior_column (`str` or `None`, *optional*, defaults to `None`):
+            Numeric dataset column in [0, 1] (a reference model's solve rate, a difficulty level mapped to a rate):
+            a prompt the pass-rate rule still calls unseen takes it as its pass rate, weighed as
+            `pass_rate_prior_strength` rollouts beside its own rollouts so far. Empty (None or NaN) cells: no prior.
+        prompt_group_column (`str` or `None`, *optional*, defaults to `None`):
+            Categorical dataset column (level, source, topic). The tracker pools the evidence of each group's
+            prompts; an unseen prompt without a column prior takes its group's pooled rate (once the group has
+            `pass_rate_min_rollouts` of evidence), weighed the same way.
+        pass_rate_prior_strength (`float`, *optional*, defaults to `8.0`):
+            Pseudo-rollouts the prior counts as, against the prompt's own rollouts while it is unseen.
+
         > Parameters of the Knapsack RL allocator
 
         knapsack_fallback (`bool`, *optional*, defaults to `True`):
@@ -110,8 +126,14 @@ class BudgetGRPOConfig(GRPOConfig):
             Pseudo-rollouts at the batch's probe pass rate added to every prompt's estimate (empirical Bayes), so that
             a few probe rollouts cannot alone make a prompt look hopeless or solved. 0: none.
 
-        > Parameters that control the advantages
+        > Parameters that control the advantages and the loss
 
+        budget_loss_weighting (`str`, *optional*, defaults to `"token"`):
+            How a prompt's rollouts weigh in the loss. `"token"`: as TRL and both releases, every rollout (or token)
+            alike, so a prompt with 128 rollouts weighs 16 times one with 8. `"prompt"`: each prompt's rollouts
+            together weigh as `num_generations` rollouts (its advantages are scaled by `num_generations / N_i`), so
+            the update does not lean on the prompts that received the most rollouts. The KL term (`beta > 0`) is not
+            scaled: it stays a per-token regulariser.
         advantage_clip (`float` or `None`, *optional*, defaults to `None`):
             Clip the grouped advantages to [-advantage_clip, advantage_clip]. `None`: no clipping, as TRL. The
             Knapsack RL release clips at 5: a lone success among 128 rollouts would otherwise get an advantage of
@@ -166,6 +188,20 @@ class BudgetGRPOConfig(GRPOConfig):
         default=None,
         metadata={"help": "Dataset column identifying a prompt. When None, a stable hash of the prompt is used."},
     )
+    pass_rate_prior_column: str | None = field(
+        default=None,
+        metadata={"help": "Numeric dataset column in [0, 1] whose value an unseen prompt takes as its pass rate, "
+                  "weighed as pass_rate_prior_strength rollouts beside its own. None: no column prior."},
+    )
+    prompt_group_column: str | None = field(
+        default=None,
+        metadata={"help": "Categorical dataset column (level, source, topic): an unseen prompt without a column "
+                  "prior takes its group's pooled pass rate. None: no groups."},
+    )
+    pass_rate_prior_strength: float = field(
+        default=8.0,
+        metadata={"help": "Pseudo-rollouts a prior counts as, against an unseen prompt's own rollouts so far."},
+    )
     knapsack_fallback: bool = field(
         default=True,
         metadata={
@@ -217,6 +253,12 @@ class BudgetGRPOConfig(GRPOConfig):
                   "estimate (empirical Bayes), so that a few probe rollouts cannot alone make a prompt look "
                   "hopeless or solved. 0: none."},
     )
+    budget_loss_weighting: str = field(
+        default="token",
+        metadata={"help": "How a prompt's rollouts weigh in the loss: 'token' (every rollout alike, as TRL and both "
+                  "releases) or 'prompt' (each prompt's rollouts together weigh as num_generations rollouts: "
+                  "advantages scaled by num_generations / N_i).", "choices": ["token", "prompt"]},
+    )
     advantage_clip: float | None = field(
         default=None,
         metadata={"help": "Clip the grouped advantages to [-advantage_clip, advantage_clip]. None: no clipping, as "
@@ -242,6 +284,7 @@ class BudgetGRPOConfig(GRPOConfig):
                 "otherwise the batch's budget cannot be split within the bounds."
             )
         self.resolve_release_settings()
+        self.check_loss_weighting()
         if self.advantage_clip is not None and not self.advantage_clip > 0:
             raise ValueError(
                 f"advantage_clip must be a positive number or None (no clipping), got {self.advantage_clip}."
@@ -258,12 +301,26 @@ class BudgetGRPOConfig(GRPOConfig):
                 "Lower it, or raise min_generations."
             )
         check_whole_number("budget_probe_generations", self.budget_probe_generations, 0)
+        check_finite("pass_rate_prior_strength", self.pass_rate_prior_strength, 0.0, "above 0")
         for name in ("budget_probe_history_weight", "budget_probe_prior_strength"):
             if not (getattr(self, name) >= 0 and math.isfinite(getattr(self, name))):
                 raise ValueError(f"{name} must be a finite number, 0 or more, got {getattr(self, name)}.")
         self.make_allocator()
         self.make_tracker()
         self.warn_if_checkpoints_split_generation_batches()
+
+    def check_loss_weighting(self) -> None:
+        if self.budget_loss_weighting not in ("token", "prompt"):
+            raise ValueError(
+                f"budget_loss_weighting={self.budget_loss_weighting!r} is not a weighting: choose 'token' (every "
+                "rollout alike, as TRL) or 'prompt' (each prompt's rollouts together weigh as num_generations)."
+            )
+        if self.budget_loss_weighting == "prompt" and self.loss_type not in PROMPT_WEIGHTED_LOSSES:
+            raise ValueError(
+                f"budget_loss_weighting='prompt' scales each prompt's advantages, which scales its loss terms exactly "
+                f"only for losses positively homogeneous in the advantage; loss_type={self.loss_type!r} is not known "
+                f"to be one. Use one of {', '.join(PROMPT_WEIGHTED_LOSSES)}, or budget_loss_weighting='token'."
+            )
 
     def allocator_options(self) -> dict[str, Any]:
         """Constructor arguments of the chosen allocator: bounds, `<allocator>_<option>` fields, and the kwargs."""

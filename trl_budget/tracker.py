@@ -14,7 +14,7 @@ from .checks import is_whole_number
 
 __all__ = ["CapabilityTracker", "SettingsMismatch", "prompt_key"]
 
-_STATE_VERSION = 2
+_STATE_VERSION = 3  # 3 adds the prompt groups; a version 2 state (no groups) still loads
 MAX_ROLLOUT_POOL = 64  # the latest outcomes of a prompt are kept as the bits of one unsigned 64-bit integer
 
 
@@ -128,6 +128,9 @@ class CapabilityTracker:
         self._recent = np.zeros(0, dtype=np.uint64)  # latest outcomes as bits, the newest in bit 0
         self._wins = np.zeros((0, self._visits_kept), dtype=np.int32)  # latest visits, the newest in the last column
         self._trials = np.zeros((0, self._visits_kept), dtype=np.int32)  # 0: no visit
+        self._group = np.zeros(0, dtype=np.int64)  # 1 + the prompt's group index; 0: no group
+        self._group_index: dict[str, int] = {}
+        self._group_wins, self._group_trials = np.zeros(0), np.zeros(0)  # pooled current evidence of each group
         self._batch_failure_rates: deque[float] = deque(maxlen=self.failure_rate_window)
 
     def __len__(self) -> int:
@@ -141,12 +144,15 @@ class CapabilityTracker:
 
     # ------------------------------------------------------------------------------------------------- updating
 
-    def update(self, keys: Sequence[Hashable], rewards_per_rollout) -> float | None:
+    def update(self, keys: Sequence[Hashable], rewards_per_rollout, groups: Sequence[Hashable] | None = None
+               ) -> float | None:
         """Record one visit per distinct key from the rewards of its rollouts in this batch.
 
         Args:
             keys: the prompt key of each rollout, in the order the rollouts were generated.
             rewards_per_rollout: one reward per rollout, NaN where the rollout could not be scored.
+            groups: the group (level, source, topic) of each rollout's prompt, or None: the tracker then also pools
+                each group's evidence, for `prior_pass_rates`.
 
         Returns:
             This batch's failure rate (1 - the mean of its prompts' pass rates), or None if nothing was scored.
@@ -163,6 +169,9 @@ class CapabilityTracker:
         if not outcomes:
             return None
         rows = self._rows_for(list(outcomes))
+        self._pool_into_groups(rows, -1)  # their evidence changes: out of the group pools, back in below
+        if groups is not None:
+            self._assign_groups(rows, list(outcomes), keys, groups)
         wins = np.array([sum(visit) for visit in outcomes.values()], dtype=np.int64)
         trials = np.array([len(visit) for visit in outcomes.values()], dtype=np.int64)
         self._scored[rows] += trials
@@ -177,6 +186,7 @@ class CapabilityTracker:
                 for success in visit[-self.rollout_pool :]:
                     bits = ((bits << 1) | success) & mask
                 self._recent[row] = bits
+        self._pool_into_groups(rows, +1)
         batch_failure_rate = 1.0 - float(np.mean(wins / trials))
         self._batch_failure_rates.append(batch_failure_rate)
         return batch_failure_rate
@@ -199,6 +209,68 @@ class CapabilityTracker:
 
         self._scored, self._recent = grown(self._scored), grown(self._recent)
         self._wins, self._trials = grown(self._wins), grown(self._trials)
+        self._group = grown(self._group)
+
+    # ---------------------------------------------------------------------------------------------- groups
+
+    def _assign_groups(self, rows: np.ndarray, row_keys: list[str], keys: Sequence[Hashable],
+                       groups: Sequence[Hashable]) -> None:
+        """Record the group of each row (`row_keys[i]` is row i's key; `groups` is aligned with `keys`)."""
+        if len(groups) != len(keys):
+            raise ValueError(f"update needs one group per key: got {len(keys)} keys and {len(groups)} groups.")
+        group_of_key = {str(key): str(group) for key, group in zip(keys, groups)}
+        self._group[rows] = 1 + self._group_ids([group_of_key[key] for key in row_keys])
+
+    def _group_ids(self, names: Sequence[str], add: bool = True) -> np.ndarray:
+        """The index of each group name (-1 for a name not pooled yet, unless `add`)."""
+        for name in names:
+            if add and name not in self._group_index:
+                self._group_index[name] = len(self._group_index)
+        if len(self._group_index) > self._group_wins.size:
+            missing = np.zeros(len(self._group_index) - self._group_wins.size)
+            self._group_wins = np.concatenate([self._group_wins, missing])
+            self._group_trials = np.concatenate([self._group_trials, missing])
+        return np.fromiter((self._group_index.get(name, -1) for name in names), dtype=np.int64, count=len(names))
+
+    def _pool_into_groups(self, rows: np.ndarray, sign: int) -> None:
+        """Add (+1) or remove (-1) the current evidence of `rows` to or from their groups' pools."""
+        grouped = rows[self._group[rows] > 0]
+        if grouped.size:
+            wins, trials = self._evidence_of_rows(grouped)
+            np.add.at(self._group_wins, self._group[grouped] - 1, sign * wins)
+            np.add.at(self._group_trials, self._group[grouped] - 1, sign * trials)
+
+    def group_pass_rates(self, groups: Sequence[Hashable]) -> np.ndarray:
+        """Each group's pooled pass rate (its prompts' current evidence together); NaN below `min_rollouts`."""
+        ids = self._group_ids([str(group) for group in groups], add=False)
+        rates = np.full(len(ids), np.nan)
+        known = ids >= 0
+        wins, trials = self._group_wins[ids[known]], self._group_trials[ids[known]]
+        rates[known] = np.divide(wins, trials, out=np.full(wins.size, np.nan), where=trials >= self.min_rollouts)
+        return rates
+
+    def prior_pass_rates(self, keys: Sequence[Hashable], prior_rates=None, groups: Sequence[Hashable] | None = None,
+                         strength: float = 8.0) -> tuple[np.ndarray, np.ndarray]:
+        """Pass rates, with a prior for the keys that `pass_rates` calls unseen; and which keys used it.
+
+        A seen key keeps its release-rule rate exactly. An unseen key takes its prior p0 — its own entry of
+        `prior_rates` where finite, else its group's pooled rate once the group has `min_rollouts` of evidence — as
+        `strength` pseudo-rollouts beside its own rollouts so far: (wins + strength x p0) / (rollouts + strength).
+        Keys with no prior stay NaN.
+        """
+        rates = self.pass_rates(keys)
+        prior = np.full(len(keys), np.nan) if prior_rates is None else np.asarray(prior_rates, dtype=np.float64)
+        if groups is not None:
+            prior = np.where(np.isfinite(prior), prior, self.group_pass_rates(groups))
+        use = np.isnan(rates) & np.isfinite(prior)
+        if use.any():
+            rows = np.fromiter((self._row_of.get(str(key), -1) for key in keys), dtype=np.int64, count=len(keys))
+            wins, trials = np.zeros(len(keys)), np.zeros(len(keys))
+            known = use & (rows >= 0)
+            if known.any():
+                wins[known], trials[known] = self._evidence_of_rows(rows[known])
+            rates[use] = (wins[use] + strength * prior[use]) / (trials[use] + strength)
+        return rates, use
 
     # ------------------------------------------------------------------------------------------------- reading
 
@@ -245,7 +317,8 @@ class CapabilityTracker:
 
         Columns, one entry per prompt in `keys` order: `scored` (rollouts over every visit), `recent` (latest outcomes
         as an integer of bits, the newest in bit 0), and `wins` / `trials` of its latest visits, prompt after prompt
-        (the visits kept per prompt follow from the settings; oldest first; 0 trials means no visit).
+        (the visits kept per prompt follow from the settings; oldest first; 0 trials means no visit), and `group`
+        (1 + the index of its group in `groups`; 0: none). The groups' pools are not stored: they follow from these.
         """
         size = len(self._row_of)
         return {
@@ -257,6 +330,8 @@ class CapabilityTracker:
             "wins": self._wins[:size].ravel().tolist(),
             "trials": self._trials[:size].ravel().tolist(),
             "batch_failure_rates": list(self._batch_failure_rates),
+            "groups": list(self._group_index),
+            "group": self._group[:size].tolist(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -265,6 +340,8 @@ class CapabilityTracker:
         Raises:
             ValueError: naming the first setting or entry that this tracker cannot use.
         """
+        if isinstance(state, dict) and state.get("version") == 2:  # written before groups existed: none
+            state = {**state, "version": _STATE_VERSION, "groups": [], "group": [0] * len(state.get("keys") or [])}
         if not isinstance(state, dict) or state.get("version") != _STATE_VERSION:
             version = state.get("version") if isinstance(state, dict) else None
             raise ValueError(
@@ -280,9 +357,13 @@ class CapabilityTracker:
                                                                               self.rollout_pool)
         if len(set(keys)) != len(keys):
             raise ValueError("the saved tracker state lists a prompt key twice; each prompt must appear once.")
+        group_names, group = _checked_groups(state, keys)
         self._row_of = {key: row for row, key in enumerate(keys)}
         self._scored, self._recent, self._wins, self._trials = scored, recent, wins, trials
         self._batch_failure_rates = deque(failure_rates.tolist(), maxlen=self.failure_rate_window)
+        self._group, self._group_index = group, {name: index for index, name in enumerate(group_names)}
+        self._group_wins, self._group_trials = np.zeros(len(group_names)), np.zeros(len(group_names))
+        self._pool_into_groups(np.arange(len(keys)), +1)
 
 
 _INT32_MAX = int(np.iinfo(np.int32).max)
@@ -355,3 +436,11 @@ def _checked_columns(state: dict[str, Any], visits_kept: int, rollout_pool: int 
             )
     return keys, scored, recent.astype(np.uint64), wins.astype(np.int32), trials.astype(np.int32), np.asarray(
         failure_rates, dtype=np.float64)
+
+
+def _checked_groups(state: dict[str, Any], keys: list[str]) -> tuple[list[str], np.ndarray]:
+    """The group names and each prompt's group column, or a `ValueError` naming what is wrong."""
+    names = state.get("groups")
+    if not isinstance(names, list) or set(map(type, names)) - {str} or len(set(names)) != len(names):
+        raise ValueError("the saved tracker state's 'groups' must be a list of distinct group names (strings).")
+    return names, _checked_integers(state, "group", keys, 1, len(names))

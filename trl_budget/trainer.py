@@ -24,10 +24,11 @@ from transformers.utils import logging
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import get_callable_name, get_config_model_id
 
-from .advantages import grouped_advantages
+from .advantages import grouped_advantages, prompt_loss_weights
 from .allocators import Allocator
 from .checkpoint import TRACKER_STATE_NAME, load_tracker_state, write_json_atomically
 from .config import TRACKER_FIELDS, BudgetGRPOConfig
+from .prior import check_prior_columns, prior_inputs
 from .probe import fresh_pass_rates, merge_outputs
 from .rollout_plan import RolloutPlan, balanced_slot_order, checked_allocation, stage_slots
 from .tracker import CapabilityTracker, SettingsMismatch, prompt_key
@@ -108,6 +109,7 @@ class BudgetGRPOTrainer(GRPOTrainer):
         refuse_seeded_vllm_generation(args)
         train_dataset = kwargs.get("train_dataset", positional[0] if positional else None)
         check_prompt_id_column(args.prompt_id_column, train_dataset)
+        check_prior_columns(args, train_dataset)
         self.allocator = allocator if allocator is not None else args.make_allocator()
         self.tracker = tracker if tracker is not None else args.make_tracker()
         self._success_reward_index = success_reward_index(args.success_reward_func, reward_funcs)
@@ -252,7 +254,8 @@ class BudgetGRPOTrainer(GRPOTrainer):
             return super()._generate_and_score_completions(inputs)
         prompts, keys = self._gather_prompts(inputs)
         budget, probe = len(inputs) * self.accelerator.num_processes, self.args.budget_probe_generations
-        history_rates, failure_rate = self.tracker.pass_rates(keys), self.tracker.failure_rate
+        history_rates, from_prior, groups = self._history_rates(prompts, keys)
+        failure_rate = self.tracker.failure_rate
         seed = self._layout_seed * 1_000_003 + self.state.global_step
         probe_counts = np.full(len(prompts), probe)
         stages = []  # (output, slot of each row within the stage, gathered rewards, stage counts)
@@ -303,6 +306,8 @@ class BudgetGRPOTrainer(GRPOTrainer):
             zero_std.append(is_std_zero.float().mean().item())
         if self.args.advantage_clip is not None:
             advantages = advantages.clamp(-self.args.advantage_clip, self.args.advantage_clip)
+        if self.args.budget_loss_weighting == "prompt":
+            advantages = advantages * prompt_loss_weights(torch.as_tensor(counts, device=device), self.num_generations)
 
         for later, *_ in stages[1:]:
             output = merge_outputs(output, later, getattr(self, "_tokenizer", self.processing_class).pad_token_id)
@@ -320,10 +325,20 @@ class BudgetGRPOTrainer(GRPOTrainer):
 
         rewards = self._weighted_rewards(rewards_per_func)
         batch_failure_rate = self.tracker.update(np.repeat(keys, counts),
-                                                 self._success_rewards(rewards_per_func, rewards))
+                                                 self._success_rewards(rewards_per_func, rewards),
+                                                 None if groups is None else np.repeat(groups, counts))
         self._warn_if_success_never_varies(batch_failure_rate)
-        self._record_budget_metrics(plan, rewards, advantages)
+        self._metrics["train"]["budget/completion_tokens"].append(float(output["num_items_in_batch"]))
+        self._record_budget_metrics(plan, rewards, advantages, from_prior)
         return output
+
+    def _history_rates(self, prompts, keys):
+        """Pass rates from the tracker, with the prior for unseen prompts when one is set; which used it; groups."""
+        priors, groups = prior_inputs(prompts, self.args)
+        if priors is None and groups is None:
+            return self.tracker.pass_rates(keys), None, None
+        rates, from_prior = self.tracker.prior_pass_rates(keys, priors, groups, self.args.pass_rate_prior_strength)
+        return rates, from_prior, groups
 
     def _weighted_rewards(self, rewards_per_func: torch.Tensor) -> torch.Tensor:
         """Each rollout's weighted sum of rewards; NaN where no reward function could score it."""
@@ -368,7 +383,8 @@ class BudgetGRPOTrainer(GRPOTrainer):
 
     # -------------------------------------------------------------------------------------------------- metrics
 
-    def _record_budget_metrics(self, plan: RolloutPlan, rewards: torch.Tensor, advantages: torch.Tensor) -> None:
+    def _record_budget_metrics(self, plan: RolloutPlan, rewards: torch.Tensor, advantages: torch.Tensor,
+                               from_prior: np.ndarray | None) -> None:
         metrics = self._metrics["train"]
         counts = plan.counts.astype(np.float64)
         metrics["budget/rollouts_mean"].append(float(counts.mean()))
@@ -376,12 +392,18 @@ class BudgetGRPOTrainer(GRPOTrainer):
         metrics["budget/rollouts_min"].append(float(counts.min()))
         metrics["budget/rollouts_max"].append(float(counts.max()))
         metrics["budget/effective_ratio"].append((advantages != 0).float().mean().item())
+        weight = np.bincount(np.repeat(np.arange(len(plan.counts)), plan.counts), advantages.abs().cpu().numpy(),
+                             minlength=len(plan.counts))  # each prompt's share of the loss's |advantage| mass
+        metrics["budget/prompts_with_gradient"].append(float(np.mean(weight > 0)))
+        metrics["budget/top_prompt_loss_share"].append(float(weight.max() / weight.sum()) if weight.sum() else 0.0)
         starts = np.cumsum(plan.counts) - plan.counts
         rewards = rewards.cpu().numpy()
         group_max = np.fmax.reduceat(rewards, starts)  # NaN rewards ignored
         group_min = np.fmin.reduceat(rewards, starts)
         metrics["budget/zero_std_groups"].append(float(np.mean(~(group_max > group_min))))
         metrics["budget/unseen_prompts"].append(float(np.isnan(plan.pass_rates).mean()))
+        if from_prior is not None:  # share of the batch's prompts allocated from a prior
+            metrics["budget/prior_share"].append(float(from_prior.mean()))
         if plan.failure_rate is not None:
             metrics["budget/failure_rate"].append(plan.failure_rate)
         allocator_metrics = getattr(self.allocator, "metrics", None)
