@@ -8,8 +8,8 @@ side in one invocation. Two regimes, fixed here before any run (pre-registered):
   problems from three levels of middling difficulty (2+1 digits, 2+2, 2x1), so that each prompt comes back only two or
   three times (thin history, as with a large RLVR dataset) and training-set and held-out accuracy measure the same
   skill. 480 updates = 30 720 rollouts per run; 5 seeds; held-out accuracy on 480 problems of the same levels.
-- `small` (docs/benchmarks.md's earlier table): 240 prompts of all six levels, 8 prompts x 8 per batch, one update per batch,
-  N up to 32, 3 seeds.
+- `small` (docs/benchmarks.md's earlier table): 240 prompts of all six levels, 8 prompts x 8 per batch, one update per
+  batch, N up to 32, 3 seeds.
 
 The metric: final held-out accuracy (exact match, mean of 4 samples at temperature 1); per variant the paired
 difference to uniform with its 95% confidence interval, the effective gradient ratio, and the rollouts uniform needs

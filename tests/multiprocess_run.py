@@ -5,7 +5,7 @@
     multiprocess_run.py OUTPUT_DIR failing-allocator  # the allocator raises at the second step
     multiprocess_run.py OUTPUT_DIR failing-reward     # the reward function raises on rank 1 only, at the second step
     multiprocess_run.py OUTPUT_DIR knapsack-rank-seed # each rank is given its own `seed` (its rank)
-    multiprocess_run.py OUTPUT_DIR knapsack-beyond    # a column prior, group pools and prompt-weighted loss
+    multiprocess_run.py OUTPUT_DIR knapsack-beyond    # a column prior, group pools, prompt-weighted loss, token cap
 """
 
 import json
@@ -75,7 +75,7 @@ def main(output_dir: str, mode: str):
         data = make_dataset().map(lambda row, i: {"prior": [0.8, None, 0.3][i % 3], "level": levels[i % 3]},
                                   with_indices=True)
         beyond = dict(dataset=data, pass_rate_prior_column="prior", prompt_group_column="level",
-                      budget_loss_weighting="prompt")
+                      budget_loss_weighting="prompt", budget_token_cap=1.0)
     trainer = make_trainer(
         output_dir, tokenizer, trainer_class=RecordingTrainer, per_device_train_batch_size=4, max_steps=9,
         budget_allocator=allocator, save_strategy="steps", save_steps=9,

@@ -297,7 +297,7 @@ def test_agrees_with_the_heap_greedy_at_two_hundred_prompts(objective):
 @pytest.mark.parametrize("objective", ["knapsack", "coba"])
 @pytest.mark.parametrize("rates_kind", ["continuous", "near the ends", "k/16"])
 def test_threshold_search_gives_the_dense_solution(objective, rates_kind, monkeypatch):
-    import trl_budget.allocators as allocators
+    import trl_budget.allocators.solver as allocators
 
     rng = np.random.default_rng(5)
     size = 3000

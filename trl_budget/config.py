@@ -48,6 +48,11 @@ class BudgetGRPOConfig(GRPOConfig):
             passed to its constructor as `<option>`. Ignored when an `allocator` object is passed to the trainer.
         budget_allocator_kwargs (`dict`, `str` or `None`, *optional*, defaults to `None`):
             Further constructor arguments of the allocator (a dict, or its JSON on the command line).
+        budget_token_cap (`float` or `None`, *optional*, defaults to `None`):
+            Cap on each generation batch's expected completion tokens, as a multiple of those of the uniform
+            allocation of the same batch (each prompt's expected length: its mean over its latest visit; unmeasured:
+            the batch's mean). The allocator then maximises its value minus a price per expected token, the price
+            searched so that the cap holds. `None`: rollouts alone are the budget, as in both releases.
         min_generations (`int`, *optional*, defaults to `2`):
             Fewest rollouts a prompt of the batch can receive.
         max_generations (`int`, *optional*, defaults to `128`):
@@ -151,6 +156,11 @@ class BudgetGRPOConfig(GRPOConfig):
     budget_allocator_kwargs: dict | str | None = field(
         default=None,
         metadata={"help": "Further constructor arguments of the allocator (a dict, or its JSON)."},
+    )
+    budget_token_cap: float | None = field(
+        default=None,
+        metadata={"help": "Cap on a batch's expected completion tokens, as a multiple of the uniform allocation's. "
+                  "None: no cap (rollouts alone are the budget)."},
     )
     min_generations: int = field(default=2, metadata={"help": "Fewest rollouts a prompt of the batch can receive."})
     max_generations: int = field(default=128, metadata={"help": "Most rollouts a prompt of the batch can receive."})
@@ -302,6 +312,8 @@ class BudgetGRPOConfig(GRPOConfig):
             )
         check_whole_number("budget_probe_generations", self.budget_probe_generations, 0)
         check_finite("pass_rate_prior_strength", self.pass_rate_prior_strength, 0.0, "above 0")
+        if self.budget_token_cap is not None:
+            check_finite("budget_token_cap", self.budget_token_cap, 0.0, "above 0 (a multiple of uniform's tokens)")
         for name in ("budget_probe_history_weight", "budget_probe_prior_strength"):
             if not (getattr(self, name) >= 0 and math.isfinite(getattr(self, name))):
                 raise ValueError(f"{name} must be a finite number, 0 or more, got {getattr(self, name)}.")

@@ -129,6 +129,7 @@ class CapabilityTracker:
         self._wins = np.zeros((0, self._visits_kept), dtype=np.int32)  # latest visits, the newest in the last column
         self._trials = np.zeros((0, self._visits_kept), dtype=np.int32)  # 0: no visit
         self._group = np.zeros(0, dtype=np.int64)  # 1 + the prompt's group index; 0: no group
+        self._length = np.zeros(0)  # mean completion tokens of the prompt's latest visit; NaN: not measured
         self._group_index: dict[str, int] = {}
         self._group_wins, self._group_trials = np.zeros(0), np.zeros(0)  # pooled current evidence of each group
         self._batch_failure_rates: deque[float] = deque(maxlen=self.failure_rate_window)
@@ -144,8 +145,8 @@ class CapabilityTracker:
 
     # ------------------------------------------------------------------------------------------------- updating
 
-    def update(self, keys: Sequence[Hashable], rewards_per_rollout, groups: Sequence[Hashable] | None = None
-               ) -> float | None:
+    def update(self, keys: Sequence[Hashable], rewards_per_rollout, groups: Sequence[Hashable] | None = None,
+               lengths=None) -> float | None:
         """Record one visit per distinct key from the rewards of its rollouts in this batch.
 
         Args:
@@ -153,6 +154,8 @@ class CapabilityTracker:
             rewards_per_rollout: one reward per rollout, NaN where the rollout could not be scored.
             groups: the group (level, source, topic) of each rollout's prompt, or None: the tracker then also pools
                 each group's evidence, for `prior_pass_rates`.
+            lengths: each rollout's completion tokens, or None: a prompt's expected length (`expected_lengths`) is
+                the mean over its latest visit.
 
         Returns:
             This batch's failure rate (1 - the mean of its prompts' pass rates), or None if nothing was scored.
@@ -168,6 +171,8 @@ class CapabilityTracker:
                 outcomes.setdefault(str(key), []).append(reward >= self.success_threshold)
         if not outcomes:
             return None
+        if lengths is not None:
+            self._record_lengths(keys, lengths)
         rows = self._rows_for(list(outcomes))
         self._pool_into_groups(rows, -1)  # their evidence changes: out of the group pools, back in below
         if groups is not None:
@@ -210,6 +215,26 @@ class CapabilityTracker:
         self._scored, self._recent = grown(self._scored), grown(self._recent)
         self._wins, self._trials = grown(self._wins), grown(self._trials)
         self._group = grown(self._group)
+        self._length = np.concatenate([self._length, np.full(capacity - self._length.size, np.nan)])
+
+    # --------------------------------------------------------------------------------------------- lengths
+
+    def _record_lengths(self, keys: Sequence[Hashable], lengths) -> None:
+        lengths = np.asarray(lengths, dtype=np.float64)
+        if lengths.shape != (len(keys),):
+            raise ValueError(f"update needs one length per key: got {len(keys)} keys and lengths of shape "
+                             f"{lengths.shape}.")
+        names, key_index = np.unique(np.asarray([str(key) for key in keys]), return_inverse=True)
+        means = np.bincount(key_index, lengths) / np.bincount(key_index)
+        rows = self._rows_for(names.tolist())  # first: it may grow (and so replace) the columns
+        self._length[rows] = means
+
+    def expected_lengths(self, keys: Sequence[Hashable]) -> np.ndarray:
+        """Each key's mean completion tokens over its latest visit; NaN where never measured."""
+        rows = np.fromiter((self._row_of.get(str(key), -1) for key in keys), dtype=np.int64, count=len(keys))
+        lengths = np.full(len(keys), np.nan)
+        lengths[rows >= 0] = self._length[rows[rows >= 0]]
+        return lengths
 
     # ---------------------------------------------------------------------------------------------- groups
 
@@ -317,8 +342,9 @@ class CapabilityTracker:
 
         Columns, one entry per prompt in `keys` order: `scored` (rollouts over every visit), `recent` (latest outcomes
         as an integer of bits, the newest in bit 0), and `wins` / `trials` of its latest visits, prompt after prompt
-        (the visits kept per prompt follow from the settings; oldest first; 0 trials means no visit), and `group`
-        (1 + the index of its group in `groups`; 0: none). The groups' pools are not stored: they follow from these.
+        (the visits kept per prompt follow from the settings; oldest first; 0 trials means no visit), `group`
+        (1 + the index of its group in `groups`; 0: none) and `lengths` (mean completion tokens of its latest visit,
+        null where never measured). The groups' pools are not stored: they follow from these.
         """
         size = len(self._row_of)
         return {
@@ -332,6 +358,7 @@ class CapabilityTracker:
             "batch_failure_rates": list(self._batch_failure_rates),
             "groups": list(self._group_index),
             "group": self._group[:size].tolist(),
+            "lengths": [None if length != length else length for length in self._length[:size].tolist()],
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -341,7 +368,8 @@ class CapabilityTracker:
             ValueError: naming the first setting or entry that this tracker cannot use.
         """
         if isinstance(state, dict) and state.get("version") == 2:  # written before groups existed: none
-            state = {**state, "version": _STATE_VERSION, "groups": [], "group": [0] * len(state.get("keys") or [])}
+            size = len(state.get("keys") or [])
+            state = {**state, "version": _STATE_VERSION, "groups": [], "group": [0] * size, "lengths": [None] * size}
         if not isinstance(state, dict) or state.get("version") != _STATE_VERSION:
             version = state.get("version") if isinstance(state, dict) else None
             raise ValueError(
@@ -358,10 +386,12 @@ class CapabilityTracker:
         if len(set(keys)) != len(keys):
             raise ValueError("the saved tracker state lists a prompt key twice; each prompt must appear once.")
         group_names, group = _checked_groups(state, keys)
+        lengths = _checked_lengths(state, keys)
         self._row_of = {key: row for row, key in enumerate(keys)}
         self._scored, self._recent, self._wins, self._trials = scored, recent, wins, trials
         self._batch_failure_rates = deque(failure_rates.tolist(), maxlen=self.failure_rate_window)
         self._group, self._group_index = group, {name: index for index, name in enumerate(group_names)}
+        self._length = lengths
         self._group_wins, self._group_trials = np.zeros(len(group_names)), np.zeros(len(group_names))
         self._pool_into_groups(np.arange(len(keys)), +1)
 
@@ -444,3 +474,15 @@ def _checked_groups(state: dict[str, Any], keys: list[str]) -> tuple[list[str], 
     if not isinstance(names, list) or set(map(type, names)) - {str} or len(set(names)) != len(names):
         raise ValueError("the saved tracker state's 'groups' must be a list of distinct group names (strings).")
     return names, _checked_integers(state, "group", keys, 1, len(names))
+
+
+def _checked_lengths(state: dict[str, Any], keys: list[str]) -> np.ndarray:
+    """Each prompt's mean completion tokens (NaN for null), or a `ValueError` naming the first bad entry."""
+    values = state.get("lengths")
+    if not isinstance(values, list) or len(values) != len(keys):
+        raise ValueError(f"the saved tracker state's 'lengths' must be a list of {len(keys)} numbers or nulls.")
+    for index, value in enumerate(values):
+        if value is not None and (type(value) not in (int, float) or not 0 <= value < float("inf")):
+            raise ValueError(f"entry {index} of 'lengths' (prompt {keys[index]!r}) is {value!r}; it must be a number "
+                             "of tokens, 0 or more, or null.")
+    return np.array([np.nan if value is None else float(value) for value in values], dtype=np.float64)

@@ -26,6 +26,7 @@ from trl.trainer.utils import get_callable_name, get_config_model_id
 
 from .advantages import grouped_advantages, prompt_loss_weights
 from .allocators import Allocator
+from .allocators.token_cap import accepts_prices, allocate_under_token_cap
 from .checkpoint import TRACKER_STATE_NAME, load_tracker_state, write_json_atomically
 from .config import TRACKER_FIELDS, BudgetGRPOConfig
 from .prior import check_prior_columns, prior_inputs
@@ -127,6 +128,12 @@ class BudgetGRPOTrainer(GRPOTrainer):
             (args.min_generations, args.max_generations),
         )
         check_dataset_fills_a_generation_batch(train_dataset, prompts_per_batch, args)
+        if args.budget_token_cap is not None and not accepts_prices(self.allocator):
+            raise ValueError(
+                f"budget_token_cap={args.budget_token_cap} needs an allocator that prices rollouts "
+                f"(`allocate(..., prices=)`, as knapsack and coba do); {self.allocator!r} does not. Set "
+                "budget_token_cap=None, or choose budget_allocator='knapsack' or 'coba'."
+            )
         self._budget_history = {"rollouts_per_prompt": [], "pass_rates": []}
         self.last_rollout_plan: RolloutPlan | None = None  # the latest training batch's allocation, for inspection
         super().__init__(model, reward_funcs, args, *positional, **kwargs)
@@ -175,15 +182,25 @@ class BudgetGRPOTrainer(GRPOTrainer):
             )
         return prompts, [self._key_of(identity) for identity in identities]
 
-    def _allocate(self, pass_rates: np.ndarray, budget: int, failure_rate, history_rates=None):
+    def _token_capped(self, keys: list[str]) -> "TokenCappedAllocator":
+        """The allocator under `budget_token_cap`, with each prompt's expected completion length from the tracker
+        (never measured: the batch's mean of the measured ones; none measured: all alike)."""
+        lengths = self.tracker.expected_lengths(keys)
+        known = np.isfinite(lengths)
+        lengths[~known] = lengths[known].mean() if known.any() else 1.0
+        self._last_token_cap = TokenCappedAllocator(self.allocator, lengths, self.args.budget_token_cap)
+        return self._last_token_cap
+
+    def _allocate(self, keys: list[str], pass_rates: np.ndarray, budget: int, failure_rate, history_rates=None):
         """The main process's allocation, on every process; with `history_rates`, also the allocation they give."""
         decision = [None, None, None]  # (counts, error, counts from history): a failure stops every rank at once
         if self.accelerator.is_main_process:
             bounds = (self.args.min_generations, self.args.max_generations)
+            allocator = self.allocator if self.args.budget_token_cap is None else self._token_capped(keys)
             try:
-                decision[0] = checked_allocation(self.allocator, pass_rates, budget, failure_rate, bounds)
+                decision[0] = checked_allocation(allocator, pass_rates, budget, failure_rate, bounds)
                 if history_rates is not None:  # what the probe changed, for the logs
-                    decision[2] = checked_allocation(self.allocator, history_rates, budget, failure_rate, bounds)
+                    decision[2] = checked_allocation(allocator, history_rates, budget, failure_rate, bounds)
             except Exception as error:  # noqa: BLE001 - re-raised below, on every rank
                 decision[1] = f"{type(error).__name__}: {error}"
         broadcast_object_list(decision, from_process=0)  # every rank follows the main process's decision
@@ -265,10 +282,10 @@ class BudgetGRPOTrainer(GRPOTrainer):
             wins, trials = self._successes_per_prompt(stages[0][2], stages[0][1], probe_counts)
             pass_rates = fresh_pass_rates(*self.tracker.evidence(keys), wins, trials,
                                           self.args.budget_probe_history_weight, self.args.budget_probe_prior_strength)
-            counts, history_counts = self._allocate(pass_rates, budget, failure_rate, history_rates)
+            counts, history_counts = self._allocate(keys, pass_rates, budget, failure_rate, history_rates)
         else:
             pass_rates, history_counts = history_rates, None
-            counts, _ = self._allocate(pass_rates, budget, failure_rate)
+            counts, _ = self._allocate(keys, pass_rates, budget, failure_rate)
         if (counts > probe_counts).any():
             rest = counts - probe_counts
             trl_layout = not probe and self.accelerator.num_processes == 1 and (counts == self.num_generations).all()
@@ -284,11 +301,14 @@ class BudgetGRPOTrainer(GRPOTrainer):
         rank, processes = self.accelerator.process_index, self.accelerator.num_processes
         in_plan_order = processes == 1 and len(stages) == 1  # rows are the plan's slots in order: nothing to permute
         gathered = torch.cat([gathered for _, _, gathered, _ in stages])
+        # Every rollout's completion tokens, gathered as the rewards were: the tracker's expected lengths.
+        gathered_lengths = torch.cat([self.accelerator.gather(output["completion_mask"].sum(1)) for output, *_ in stages])
         if in_plan_order:
-            rewards_per_func = gathered
+            rewards_per_func, lengths = gathered, gathered_lengths
         else:
-            rewards_per_func = torch.empty_like(gathered)
-            rewards_per_func[torch.as_tensor(plan.slot_order, device=gathered.device)] = gathered
+            slot_order = torch.as_tensor(plan.slot_order, device=gathered.device)
+            rewards_per_func, lengths = torch.empty_like(gathered), torch.empty_like(gathered_lengths)
+            rewards_per_func[slot_order], lengths[slot_order] = gathered, gathered_lengths
         device = rewards_per_func.device
         output = stages[0][0]
         trl_layout = in_plan_order and (counts == self.num_generations).all()
@@ -326,7 +346,8 @@ class BudgetGRPOTrainer(GRPOTrainer):
         rewards = self._weighted_rewards(rewards_per_func)
         batch_failure_rate = self.tracker.update(np.repeat(keys, counts),
                                                  self._success_rewards(rewards_per_func, rewards),
-                                                 None if groups is None else np.repeat(groups, counts))
+                                                 None if groups is None else np.repeat(groups, counts),
+                                                 lengths.cpu().numpy())
         self._warn_if_success_never_varies(batch_failure_rate)
         self._metrics["train"]["budget/completion_tokens"].append(float(output["num_items_in_batch"]))
         self._record_budget_metrics(plan, rewards, advantages, from_prior)
@@ -402,6 +423,11 @@ class BudgetGRPOTrainer(GRPOTrainer):
         group_min = np.fmin.reduceat(rewards, starts)
         metrics["budget/zero_std_groups"].append(float(np.mean(~(group_max > group_min))))
         metrics["budget/unseen_prompts"].append(float(np.isnan(plan.pass_rates).mean()))
+        capped = getattr(self, "_last_token_cap", None)
+        if self.args.budget_token_cap is not None and capped is not None and capped.last is not None:
+            metrics["budget/expected_token_ratio"].append(capped.last.token_ratio)  # against uniform's, estimated
+            metrics["budget/token_cap_multiplier"].append(capped.last.multiplier)
+            metrics["budget/token_cap_fits"].append(float(capped.last.fits))  # 0: even the cheapest split is above
         if from_prior is not None:  # share of the batch's prompts allocated from a prior
             metrics["budget/prior_share"].append(float(from_prior.mean()))
         if plan.failure_rate is not None:
@@ -490,6 +516,20 @@ class BudgetGRPOTrainer(GRPOTrainer):
             "start from this checkpoint's model without resume_from_checkpoint, or delete the file to resume with "
             "every prompt unseen."
         )
+
+
+class TokenCappedAllocator:
+    """`allocator` under a cap on expected completion tokens (`allocators.token_cap`), as one allocation call."""
+
+    def __init__(self, allocator, lengths: np.ndarray, cap: float):
+        self.allocator, self.lengths, self.cap, self.last = allocator, lengths, cap, None
+
+    def __call__(self, pass_rates, budget, failure_rate=None):
+        self.last = allocate_under_token_cap(self.allocator, pass_rates, budget, failure_rate, self.lengths, self.cap)
+        return self.last.counts
+
+    def __repr__(self) -> str:
+        return f"{self.allocator!r} under budget_token_cap={self.cap}"
 
 
 def refuse_seeded_vllm_generation(args: BudgetGRPOConfig) -> None:

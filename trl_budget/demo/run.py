@@ -208,7 +208,8 @@ def run_rl(model_path: Path, allocator: str, seed: int, settings: RLSettings, ou
     recorder = _Recorder(settings, tokenizer, train, held_out)
     trainer = BudgetGRPOTrainer(
         model=model, reward_funcs=exact_match_reward, args=args,
-        train_dataset=Dataset.from_list([{"prompt": p["prompt"], "answer": p["answer"]} for p in train]),
+        train_dataset=Dataset.from_list([{"prompt": p["prompt"], "answer": p["answer"], "level": p["level"]}
+                                         for p in train]),
         processing_class=tokenizer, callbacks=[recorder],
     )
     trainer.remove_callback(PrinterCallback)
@@ -225,6 +226,9 @@ def run_rl(model_path: Path, allocator: str, seed: int, settings: RLSettings, ou
         "seconds": time.perf_counter() - start,
         "rollouts_per_step": settings.rollouts_per_step,
         "effective_ratio": [entry["budget/effective_ratio"] for entry in logs],
+        **{name.removeprefix("budget/"): [entry.get(name) for entry in logs] for name in (
+            "budget/completion_tokens", "budget/prompts_with_gradient", "budget/top_prompt_loss_share",
+            "budget/prior_share", "budget/expected_token_ratio", "budget/unseen_prompts")},
         "reward": [entry["reward"] for entry in logs],
         "curve": recorder.curve,
         "histograms": {str(step): counts for step, counts in recorder.histograms.items()},

@@ -1,0 +1,76 @@
+"""The registry: allocators chosen by name (`budget_allocator="knapsack"`) or by dotted path, and the protocol they
+meet."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Protocol
+
+import numpy as np
+
+
+class Allocator(Protocol):
+    """What the trainer needs from an allocator: one call that returns a count per prompt.
+
+    An allocator may also have `metrics(pass_rates, failure_rate) -> dict[str, float]`: the trainer logs each entry
+    as `budget/<name>` at every generation batch (CoBA-RL logs its Beta parameter alpha this way).
+    """
+
+    def __call__(self, pass_rates: np.ndarray, budget: int, failure_rate: float | None = None) -> np.ndarray: ...
+
+
+# Pass rates as the tracker estimates them when a release says nothing: the last visit, the last batch's failure rate.
+PLAIN_PASS_RATE_RULE = {"window": 1, "rollout_pool": 0, "min_rollouts": 1, "failure_rate_window": 1}
+
+_REGISTRY: dict[str, tuple[type, dict[str, int]]] = {}
+
+
+def register_allocator(name: str, pass_rate_rule: dict[str, int] | None = None):
+    """Class decorator: make an allocator choosable by `name` (`BudgetGRPOConfig(budget_allocator=name)`).
+
+    Args:
+        name: the name; `BudgetGRPOConfig` fields named `<name>_<option>` become the constructor's `<option>`.
+        pass_rate_rule: the `CapabilityTracker` settings (`window`, `rollout_pool`, `min_rollouts`,
+            `failure_rate_window`) that this allocator's release estimates pass rates with; the plain rule (the last
+            visit) when None.
+    """
+
+    def register(cls: type) -> type:
+        if name in _REGISTRY and _REGISTRY[name][0] is not cls:
+            raise ValueError(f"an allocator named {name!r} is registered already ({_REGISTRY[name][0].__name__}).")
+        _REGISTRY[name] = (cls, {**PLAIN_PASS_RATE_RULE, **(pass_rate_rule or {})})
+        return cls
+
+    return register
+
+
+def allocator_names() -> list[str]:
+    """The registered names."""
+    return list(_REGISTRY)
+
+
+def allocator_class(name: str) -> type:
+    """The allocator class registered as `name`, or imported from a dotted path (`package.module:Class`)."""
+    if name in _REGISTRY:
+        return _REGISTRY[name][0]
+    module_name, separator, attribute = name.partition(":") if ":" in name else name.rpartition(".")
+    if not separator or not module_name or not attribute:
+        raise ValueError(
+            f"budget_allocator={name!r} is unknown: choose one of {', '.join(_REGISTRY)}, or give a dotted path to "
+            "your allocator class (`my_package.my_module:MyAllocator`)."
+        )
+    try:
+        found = getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError) as error:
+        raise ValueError(
+            f"budget_allocator={name!r} cannot be imported ({type(error).__name__}: {error}); check the dotted path "
+            "and that its package is installed."
+        ) from error
+    if not callable(found):
+        raise ValueError(f"budget_allocator={name!r} is {found!r}, not an allocator class or factory.")
+    return found
+
+
+def release_pass_rate_rule(name: str) -> dict[str, Any]:
+    """The tracker settings of the allocator registered as `name` (the plain rule for other allocators)."""
+    return dict(_REGISTRY[name][1]) if name in _REGISTRY else dict(PLAIN_PASS_RATE_RULE)

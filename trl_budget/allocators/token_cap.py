@@ -1,0 +1,91 @@
+"""A cap on an allocation's expected completion tokens: rollouts are not the cost, tokens are.
+
+Allocators move rollouts to hard prompts, and on real math hard prompts have the longest completions, so the same
+rollout budget can cost far more generation time. With `budget_token_cap = c`, the allocation's expected completion
+tokens `sum_i N_i L_i` (L_i: prompt i's expected length) must not exceed c times those of the uniform allocation of
+the same batch; the number of rollout slots stays what TRL's sampler brings.
+
+The allocator maximises `sum_i V(N_i) - lambda sum_i N_i L_i` over the same slot count: each rollout of prompt i
+costs `lambda L_i`, which keeps the marginal gains non-increasing, so the exact greedy solver still applies
+(`allocate(..., prices=lambda L)`). Expected tokens fall as lambda rises; a bisection finds the smallest lambda whose
+allocation fits under the cap.
+
+What is exact: the allocation returned maximises `sum V - lambda sum N L` for its lambda, so no allocation of the same
+slot count with at most as many expected tokens has a higher value. What is not: an allocation using more tokens, still
+under the cap, can have a higher value (the gap of a Lagrangian relaxation of an integer problem); the tests measure it
+against brute force on small batches. Knapsack RL's fixed rules (base counts, fallback) are not priced, only the share
+it splits by value; when even lambda -> infinity cannot meet the cap, the cheapest allocation found is returned and
+`fits` says so.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+
+import numpy as np
+
+from .uniform import UniformAllocator
+
+__all__ = ["TokenCappedAllocation", "accepts_prices", "allocate_under_token_cap", "expected_tokens"]
+
+BISECTION_STEPS = 40
+
+
+@dataclass
+class TokenCappedAllocation:
+    counts: np.ndarray
+    multiplier: float  # lambda: the value given up per expected token
+    token_ratio: float  # the allocation's expected tokens over the uniform allocation's
+    fits: bool  # False when no price could bring the allocation under the cap
+
+
+def accepts_prices(allocator) -> bool:
+    """Whether `allocator.allocate` takes `prices=` (the built-in Knapsack RL and CoBA-RL allocators do)."""
+    allocate = getattr(allocator, "allocate", None)
+    try:
+        return allocate is not None and "prices" in inspect.signature(allocate).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def expected_tokens(counts: np.ndarray, lengths: np.ndarray) -> float:
+    return float(np.dot(np.asarray(counts, dtype=np.float64), lengths))
+
+
+def allocate_under_token_cap(allocator, pass_rates, budget: int, failure_rate, lengths, cap: float
+                             ) -> TokenCappedAllocation:
+    """The allocator's counts with expected tokens at most `cap` x the uniform allocation's (see the module)."""
+    lengths = np.asarray(lengths, dtype=np.float64)
+    uniform = UniformAllocator(allocator.min_generations, allocator.max_generations).allocate(pass_rates, budget)
+    reference = expected_tokens(uniform, lengths)
+    limit = cap * reference
+
+    def at(multiplier: float) -> np.ndarray:
+        if multiplier == 0.0:
+            return np.asarray(allocator.allocate(pass_rates, budget, failure_rate), dtype=np.int64)
+        return np.asarray(allocator.allocate(pass_rates, budget, failure_rate, prices=multiplier * lengths),
+                          dtype=np.int64)
+
+    def result(counts: np.ndarray, multiplier: float) -> TokenCappedAllocation:
+        tokens = expected_tokens(counts, lengths)
+        return TokenCappedAllocation(counts, multiplier, tokens / reference if reference else 1.0, tokens <= limit)
+
+    counts = at(0.0)
+    if expected_tokens(counts, lengths) <= limit:
+        return result(counts, 0.0)
+    # An upper multiplier that fits: at this price a rollout of the shortest prompt already costs one unit of value.
+    high, previous = 1.0 / max(float(lengths.min()), 1e-12), None
+    while expected_tokens(counts := at(high), lengths) > limit:
+        if previous is not None and np.array_equal(counts, previous):  # the price no longer moves anything
+            return result(counts, high)
+        previous, high = counts, high * 4.0
+    low, best = 0.0, counts
+    for _ in range(BISECTION_STEPS):
+        middle = (low + high) / 2.0
+        counts = at(middle)
+        if expected_tokens(counts, lengths) <= limit:
+            high, best = middle, counts
+        else:
+            low = middle
+    return result(best, high)
