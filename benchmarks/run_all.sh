@@ -9,6 +9,13 @@ python benchmarks/startup_time.py           # --help and import times, each in a
 python benchmarks/allocator_speed.py        # allocation time against a heap greedy and a dynamic program
 python benchmarks/step_overhead.py          # step time against GRPOTrainer
 python benchmarks/tracker_scale.py          # tracker memory and checkpoint cost at 10^6 prompts
+python benchmarks/beyond_options.py         # the options beyond both papers, each against the run without it
+
+# vLLM request layout, in the engine venv (bash tests/vllm_engine/setup_venv.sh): short completions, then every
+# rollout run to 128 tokens.
+.venv-vllm/bin/python benchmarks/vllm_request_layout.py
+.venv-vllm/bin/python benchmarks/vllm_request_layout.py --ignore-eos --max-tokens 128 \
+    --output benchmarks/results/vllm_request_layout-long.json
 
 # The allocation study (pool regime, 6 pre-registered variants x 5 paired seeds): two single-threaded processes, one
 # per core; then the exploratory variant added after their first results; then one summary over all the runs.

@@ -108,6 +108,17 @@ def _supervised_batch(tokenizer, problems: list[dict]) -> tuple[torch.Tensor, to
 def exact_match_accuracy(model, tokenizer, problems: list[dict], samples: int = 0, temperature: float = 1.0,
                          batch_size: int = 256, seed: int = 0) -> dict[str, float]:
     """Exact-match accuracy, overall and per difficulty level: greedy, or mean over `samples` sampled answers."""
+    correct = solve_rates(model, tokenizer, problems, samples, temperature, batch_size, seed)
+    levels = np.array([p["level"] for p in problems])
+    result = {"accuracy": float(correct.mean())}
+    for level in sorted(set(levels.tolist())):
+        result[f"level_{level}"] = float(correct[levels == level].mean())
+    return result
+
+
+def solve_rates(model, tokenizer, problems: list[dict], samples: int = 0, temperature: float = 1.0,
+                batch_size: int = 256, seed: int = 0) -> np.ndarray:
+    """Each problem's exact-match rate: greedy (0 or 1), or the mean over `samples` sampled answers."""
     was_training = model.training
     model.eval()
     sampling = {"do_sample": True, "temperature": temperature, "num_return_sequences": samples} if samples else {
@@ -125,12 +136,7 @@ def exact_match_accuracy(model, tokenizer, problems: list[dict], samples: int = 
             answers = [p["answer"] for p in batch for _ in range(repeats)]
             correct += np.reshape(exact_match_reward(texts, answers), (len(batch), repeats)).mean(1).tolist()
     model.train(was_training)
-    levels = np.array([p["level"] for p in problems])
-    correct = np.array(correct)
-    result = {"accuracy": float(correct.mean())}
-    for level in sorted(set(levels.tolist())):
-        result[f"level_{level}"] = float(correct[levels == level].mean())
-    return result
+    return np.array(correct)
 
 
 class _ProgressBarOnly(ProgressCallback):
@@ -175,10 +181,12 @@ class _Recorder(TrainerCallback):
 
 
 def run_rl(model_path: Path, allocator: str, seed: int, settings: RLSettings, output_dir: Path,
-           show_progress: bool = True, label: str | None = None, **config_overrides) -> dict:
+           show_progress: bool = True, label: str | None = None, prompt_priors: dict[str, float] | None = None,
+           **config_overrides) -> dict:
     """Train the warm-started model with `allocator` and return its curves, under `label` (default: the allocator).
 
-    `config_overrides` are further `BudgetGRPOConfig` settings (e.g. `knapsack_fallback=False`).
+    `config_overrides` are further `BudgetGRPOConfig` settings (e.g. `knapsack_fallback=False`). Every training row
+    has its `level`; with `prompt_priors` (prompt -> pass rate) also a `prior` column.
     """
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
@@ -208,8 +216,9 @@ def run_rl(model_path: Path, allocator: str, seed: int, settings: RLSettings, ou
     recorder = _Recorder(settings, tokenizer, train, held_out)
     trainer = BudgetGRPOTrainer(
         model=model, reward_funcs=exact_match_reward, args=args,
-        train_dataset=Dataset.from_list([{"prompt": p["prompt"], "answer": p["answer"], "level": p["level"]}
-                                         for p in train]),
+        train_dataset=Dataset.from_list([
+            {"prompt": p["prompt"], "answer": p["answer"], "level": p["level"],
+             **({} if prompt_priors is None else {"prior": prompt_priors.get(p["prompt"])})} for p in train]),
         processing_class=tokenizer, callbacks=[recorder],
     )
     trainer.remove_callback(PrinterCallback)
