@@ -145,12 +145,12 @@ class PlanRecorder(BudgetGRPOTrainer):
         return output
 
 
-def server_trainer(tmp_path, copy_model, server, rows, trainer_class=PlanRecorder, **options):
+def server_trainer(tmp_path, copy_model, server, rows, trainer_class=PlanRecorder, prompts=10, **options):
     PlanRecorder.plans = []
     args = BudgetGRPOConfig(**config_kwargs(
         tmp_path, use_vllm=True, vllm_mode="server", vllm_server_host=server["host"],
         vllm_server_port=server["port"], max_completion_length=6, temperature=0.7, **options))
-    return trainer_class(model=str(copy_model), reward_funcs=rows, args=args, train_dataset=copy_dataset(),
+    return trainer_class(model=str(copy_model), reward_funcs=rows, args=args, train_dataset=copy_dataset(prompts),
                          processing_class=None)
 
 
@@ -170,14 +170,15 @@ def assert_rows_follow_the_plan(rows: Rows, plans, tokenizer) -> None:
 def test_server_mode_gives_each_prompt_its_count_of_its_own_completions(tmp_path, copy_model, vllm_server,
                                                                        cpu_weight_sync, requests_sent):
     rows = Rows()
-    trainer = server_trainer(tmp_path, copy_model, vllm_server, rows, max_steps=6, knapsack_fallback=False,
-                             pass_rate_min_rollouts=1, per_device_eval_batch_size=8, num_generations_eval=4,
-                             eval_strategy="no")
+    # The same 4 prompts in every batch of 16 rollouts: from the second batch on each has a pass rate to allocate by.
+    trainer = server_trainer(tmp_path, copy_model, vllm_server, rows, prompts=4, max_steps=6,
+                             per_device_train_batch_size=16, knapsack_fallback=False, pass_rate_min_rollouts=1,
+                             per_device_eval_batch_size=8, num_generations_eval=4, eval_strategy="no")
     trainer.train()
     plans = PlanRecorder.plans
     assert len(plans) == 6 and any(len(set(plan.counts.tolist())) > 1 for plan, _ in plans)  # budgets moved
     assert_rows_follow_the_plan(rows, plans, trainer.processing_class)
-    assert requests_sent == [(8, 1)] * 6  # one request per batch, one prompt per slot, n=1
+    assert requests_sent == [(16, 1)] * 6  # one request per batch, one prompt per slot, n=1
     assert len(cpu_weight_sync) >= 1  # the (replaced) sync ran before generating from an updated policy
     # Logprobs came back from the engine, and TRL's importance-sampling correction ran on them.
     for _, output in plans:
