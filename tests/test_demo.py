@@ -105,3 +105,18 @@ def test_allocator_speed_benchmark_quick(tmp_path):
     assert all(row["same_value_as_dp"] for row in rows if "same_value_as_dp" in row)
     assert json.loads((tmp_path / "speed.json").read_text()) == rows
     assert np.all([row["trl_budget_ms"] > 0 for row in rows])
+
+
+def test_the_shipped_warm_start_scores_what_its_record_and_the_readme_say():
+    # Every machine starts from this model: its greedy held-out accuracy is a property of the shipped weights.
+    from trl_budget.demo.build_warm_start import greedy_held_out_accuracy
+    from trl_budget.demo.run import SHIPPED_RECORD, SHIPPED_WARM_START, shipped_warm_start, warm_start
+    from trl_budget.demo.settings import WarmStartSettings
+
+    assert warm_start(WarmStartSettings()) == shipped_warm_start() == SHIPPED_WARM_START
+    recorded = json.loads((SHIPPED_WARM_START / SHIPPED_RECORD).read_text())["greedy_held_out_accuracy"]
+    measured = greedy_held_out_accuracy(SHIPPED_WARM_START)
+    assert {name: round(value, 3) for name, value in measured.items()} == {
+        name: round(value, 3) for name, value in recorded.items()}
+    readme = (ROOT / "README.md").read_text()
+    assert f"greedy held-out accuracy {measured['accuracy']:.3f}" in readme

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import shutil
 import time
@@ -36,13 +38,38 @@ def default_cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")).expanduser() / "trl_budget"
 
 
+# The warm start every machine starts from: built once by `python -m trl_budget.demo.build_warm_start` and shipped
+# with the package, since a warm start trained on another CPU differs (float sums in another order) and so would every
+# figure that starts from it.
+SHIPPED_WARM_START = Path(__file__).with_name("warm_start")
+SHIPPED_RECORD = "warm_start.json"
+
+
+def shipped_warm_start() -> Path | None:
+    """The shipped warm start, if present and intact (its weights' digest as recorded when it was built)."""
+    record_path = SHIPPED_WARM_START / SHIPPED_RECORD
+    if not record_path.exists():
+        return None
+    record = json.loads(record_path.read_text())
+    digest = hashlib.sha256((SHIPPED_WARM_START / "model.safetensors").read_bytes()).hexdigest()
+    if record["settings_fingerprint"] != WarmStartSettings().fingerprint() or record["weights_sha256"] != digest:
+        raise RuntimeError(
+            f"The shipped warm start in {SHIPPED_WARM_START} does not match its record ({record_path}): its weights "
+            "or the default warm-start settings changed. Rebuild it with `python -m trl_budget.demo.build_warm_start`."
+        )
+    return SHIPPED_WARM_START
+
+
 def warm_start(settings: WarmStartSettings = WarmStartSettings(), cache_dir: Path | None = None,
                rebuild: bool = False) -> Path:
-    """Path of the warm-started model, trained once and cached under `cache_dir` (keyed by the settings).
+    """Path of the warm-started model: the shipped one for the default settings, else trained once and cached under
+    `cache_dir` (keyed by the settings); `rebuild` trains it again even then.
 
     The model is written to a staging folder and renamed into place when complete, so an interrupted run never leaves a
     half-written cache behind.
     """
+    if settings == WarmStartSettings() and not rebuild and (shipped := shipped_warm_start()) is not None:
+        return shipped
     path = Path(cache_dir or default_cache_dir()) / f"warm-start-{settings.fingerprint()}"
     if (path / "config.json").exists() and not rebuild:
         return path
