@@ -33,6 +33,7 @@ import numpy as np
 
 from trl_budget.demo.report import format_table, mean_curve, plot_report, summarize
 from trl_budget.demo.run import run_rl, warm_start
+from trl_budget.demo.run_cache import cached_run
 from trl_budget.demo.settings import RLSettings, WarmStartSettings
 
 # Label -> BudgetGRPOConfig settings. "knapsack-no-fallback" is an ablation of the published fallback; "-probe2"
@@ -88,6 +89,9 @@ def main(argv=None) -> dict:
     parser.add_argument("--output-dir", type=Path, default=Path(__file__).resolve().parent / "results",
                         help="where results go (default: benchmarks/results)")
     parser.add_argument("--cache-dir", type=Path, default=None, help="warm-start cache (default: the demo's)")
+    parser.add_argument("--run-cache", type=Path, default=Path(__file__).resolve().parent / "results" / "run_cache",
+                        help="finished runs, keyed by their settings, seed and code: a stopped study resumes from "
+                        "them (default: benchmarks/results/run_cache)")
     args = parser.parse_args(argv)
 
     regime = REGIMES[args.regime]
@@ -115,11 +119,16 @@ def main(argv=None) -> dict:
         for label in variants:
             overrides = dict(VARIANTS[label])
             allocator = overrides.pop("budget_allocator")
-            run = run_rl(model_path, allocator, seed, settings, args.output_dir / "runs" / f"{label}-{seed}",
-                         show_progress=False, label=label, **overrides)
+            key = {"warm_start": asdict(warm), "rl": asdict(settings), "variant": VARIANTS[label], "seed": seed}
+            stored, reused = cached_run(
+                args.run_cache, f"{label}-{seed}", key,
+                lambda: run_rl(model_path, allocator, seed, settings, args.output_dir / "runs" / f"{label}-{seed}",
+                               show_progress=False, label=label, **overrides))
+            run = stored["result"]
             runs.append(run)
             print(f"{label:<22} seed {seed}: final held-out accuracy {run['curve'][-1]['accuracy']:.3f}, "
-                  f"effective ratio {np.mean(run['effective_ratio']):.3f}", flush=True)
+                  f"effective ratio {np.mean(run['effective_ratio']):.3f}" + (" (stored run)" if reused else ""),
+                  flush=True)
     summary = summarize(runs)
     name = args.name or "compare_allocators" + ("" if args.regime == "pool" else f"-{args.regime}")
     command = "python benchmarks/compare_allocators.py" + (f" --regime {args.regime}" if args.regime != "pool" else "")

@@ -80,11 +80,12 @@ def test_module_entry_point_help():
     assert result.returncode == 0 and "--allocator" in result.stdout and "--cache-dir" in result.stdout
 
 
-def test_allocator_benchmark_quick(tmp_path):
+def test_allocator_benchmark_quick(tmp_path, monkeypatch):
     import compare_allocators
 
-    result = compare_allocators.main(["--quick", "--steps", "4", "--output-dir", str(tmp_path),
-                                      "--cache-dir", str(tmp_path / "cache")])
+    arguments = ["--quick", "--steps", "4", "--output-dir", str(tmp_path), "--cache-dir", str(tmp_path / "cache"),
+                 "--run-cache", str(tmp_path / "run_cache")]
+    result = compare_allocators.main(arguments)
     saved = json.loads((tmp_path / "compare_allocators.json").read_text())
     assert set(saved["summary"]) == set(compare_allocators.VARIANTS)
     assert saved["summary"]["uniform"]["effective_ratio_vs_uniform"] == pytest.approx(1.0)
@@ -94,6 +95,30 @@ def test_allocator_benchmark_quick(tmp_path):
     runs = json.loads((tmp_path / "runs" / "compare_allocators_runs.json").read_text())
     assert len(runs) == len(compare_allocators.VARIANTS)
     check_png(tmp_path / "compare_allocators.png")
+
+    # A second invocation resumes from the stored runs: nothing is trained again, and the summary is the same.
+    def no_training(*args, **kwargs):
+        raise AssertionError("a stored run was trained again")
+
+    monkeypatch.setattr(compare_allocators, "run_rl", no_training)
+    assert compare_allocators.main(arguments)["summary"] == result["summary"]
+    assert len(list((tmp_path / "run_cache").glob("*.json"))) == len(compare_allocators.VARIANTS)
+
+
+def test_a_stored_run_is_keyed_by_its_settings(tmp_path):
+    from trl_budget.demo.run_cache import cached_run
+
+    calls = []
+
+    def compute():
+        calls.append(1)
+        return {"accuracy": 0.5}
+
+    first, reused = cached_run(tmp_path, "uniform-0", {"seed": 0}, compute)
+    again, reused_again = cached_run(tmp_path, "uniform-0", {"seed": 0}, compute)
+    other, reused_other = cached_run(tmp_path, "uniform-0", {"seed": 1}, compute)
+    assert (reused, reused_again, reused_other) == (False, True, False) and len(calls) == 2
+    assert first == again and first["result"] == {"accuracy": 0.5}
 
 
 def test_allocator_speed_benchmark_quick(tmp_path):

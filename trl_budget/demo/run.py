@@ -235,6 +235,7 @@ def run_rl(model_path: Path, allocator: str, seed: int, settings: RLSettings, ou
         save_strategy="no",
         report_to=[],
         use_cpu=True,
+        bf16=False,  # TRL turns bf16 on by default, also on CPU; the warm start trained in float32, so does RL
         seed=seed,
         disable_tqdm=not show_progress,
         **config_overrides,
