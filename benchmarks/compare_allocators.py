@@ -155,7 +155,7 @@ def main(argv=None) -> dict:
 
 
 def markdown_table(summary: dict[str, dict]) -> str:
-    """The table docs/benchmarks.md cites: final accuracies, paired differences to uniform with their 95% intervals, ratios."""
+    """The table docs/benchmarks.md cites: final accuracies, paired differences to uniform (95% intervals), ratios."""
     lines = ["| variant | held-out accuracy | vs uniform (95% CI) | training-set accuracy | effective ratio | "
              "uniform's rollouts to match |",
              "|---|---:|---:|---:|---:|---:|"]

@@ -68,7 +68,7 @@ def parity_reward_failing_on_rank_1(completions, answer, trainer_state, **kwargs
 def main(output_dir: str, mode: str):
     tokenizer = build_char_tokenizer(ALPHABET)
     failing = mode in ("failing-allocator", "failing-reward")
-    allocator = "knapsack" if failing else mode.removesuffix("-probe").removesuffix("-rank-seed").removesuffix("-beyond")
+    allocator = "knapsack" if failing else mode.split("-")[0]  # knapsack-probe, coba, knapsack-rank-seed, ...
     beyond = {}
     if mode.endswith("-beyond"):
         levels = ["easy", "hard", "easy"]

@@ -69,7 +69,8 @@ def saved_state():
         (lambda s: (s["wins"].__setitem__(1, 2**32 + 5), s["trials"].__setitem__(1, 2**33 + 4)),
          r"entry 1 of 'wins' \(prompt 'a'\) is 4294967301, outside \[0, 2147483647\]"),
         (lambda s: s["trials"].__setitem__(1, 2**31), r"entry 1 of 'trials' \(prompt 'a'\) is 2147483648, outside"),
-        (lambda s: s["scored"].__setitem__(1, 2**63), r"entry 1 of 'scored' \(prompt 'b'\) is 9223372036854775808, outside"),
+        (lambda s: s["scored"].__setitem__(1, 2**63),
+         r"entry 1 of 'scored' \(prompt 'b'\) is 9223372036854775808, outside"),
         (lambda s: s["recent"].__setitem__(0, 2**70), r"entry 0 of 'recent' .* outside \[0, 0\]"),
         # Not integers: before, 1.7 was read as 1 and "3" as 3.
         (lambda s: s["wins"].__setitem__(1, 1.7), r"entry 1 of 'wins' \(prompt 'a'\) is 1.7; it must be a whole"),

@@ -302,7 +302,8 @@ class BudgetGRPOTrainer(GRPOTrainer):
         in_plan_order = processes == 1 and len(stages) == 1  # rows are the plan's slots in order: nothing to permute
         gathered = torch.cat([gathered for _, _, gathered, _ in stages])
         # Every rollout's completion tokens, gathered as the rewards were: the tracker's expected lengths.
-        gathered_lengths = torch.cat([self.accelerator.gather(output["completion_mask"].sum(1)) for output, *_ in stages])
+        gathered_lengths = torch.cat([self.accelerator.gather(stage_output["completion_mask"].sum(1))
+                                      for stage_output, *_ in stages])
         if in_plan_order:
             rewards_per_func, lengths = gathered, gathered_lengths
         else:

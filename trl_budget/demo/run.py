@@ -230,6 +230,8 @@ def run_rl(model_path: Path, allocator: str, seed: int, settings: RLSettings, ou
         max_completion_length=MAX_ANSWER_TOKENS,
         temperature=settings.temperature,
         learning_rate=settings.learning_rate,
+        lr_scheduler_type=settings.lr_scheduler_type,
+        warmup_steps=settings.warmup_steps,
         max_steps=settings.steps,
         logging_steps=1,
         save_strategy="no",

@@ -42,6 +42,8 @@ class RLSettings:
     eval_samples: int = 4
     histogram_steps: tuple[int, ...] = field(default=(1, 160, 320, 480))
     learning_rate: float = 2e-4
+    lr_scheduler_type: str = "linear"  # TRL's default: linear decay to 0; "constant_with_warmup" keeps the rate
+    warmup_steps: int = 0
     temperature: float = 1.0
     data_seed: int = 0
 
