@@ -10,6 +10,8 @@ python benchmarks/allocator_speed.py        # allocation time against a heap gre
 python benchmarks/step_overhead.py          # step time against GRPOTrainer
 python benchmarks/tracker_scale.py          # tracker memory and checkpoint cost at 10^6 prompts
 python benchmarks/beyond_options.py         # the options beyond both papers, each against the run without it
+python benchmarks/token_cap_speed.py        # allocation time under a token cap
+OMP_NUM_THREADS=1 python benchmarks/study_pilot.py --seeds 4   # the next study's regime, on uniform alone
 
 # vLLM request layout, in the engine venv (bash tests/vllm_engine/setup_venv.sh): short completions, then every
 # rollout run to 128 tokens.
