@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 import torch
-from helpers import config_kwargs, make_dataset, make_trainer
+from helpers import config_kwargs, make_trainer
 from test_probe import RowRecorder
 
 from trl_budget import BudgetGRPOConfig
