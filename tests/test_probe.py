@@ -135,3 +135,16 @@ def test_probe_settings_that_cannot_work_are_refused(tmp_path, overrides, messag
 
     with pytest.raises(ValueError, match=message):
         BudgetGRPOConfig(**config_kwargs(tmp_path, **overrides))
+
+
+def test_a_probe_that_takes_the_whole_budget_still_has_advantages(tmp_path, tokenizer):
+    # budget_probe_generations = min_generations = num_generations: the probe stage is the whole batch, every count is
+    # num_generations. Its rows were scored with TRL's grouping off, so TRL's advantages are no GRPO advantages.
+    trainer = make_trainer(tmp_path, tokenizer, budget_probe_generations=2, min_generations=2, num_generations=2,
+                           max_steps=4)
+    recorder = RowRecorder(trainer)
+    trainer.train()
+    for plan, _, _ in recorder.steps:
+        assert (plan.counts == 2).all()
+    assert any(advantages.abs().sum() > 0 for _, advantages, _ in recorder.steps)
+    assert_advantages_over_whole_groups(trainer, recorder)

@@ -286,9 +286,10 @@ class BudgetGRPOTrainer(GRPOTrainer):
         else:
             pass_rates, history_counts = history_rates, None
             counts, _ = self._allocate(keys, pass_rates, budget, failure_rate)
+        # TRL's own layout (one stage of equal groups, rows in plan order): TRL's grouping and advantages hold as they are.
+        trl_layout = not probe and self.accelerator.num_processes == 1 and (counts == self.num_generations).all()
         if (counts > probe_counts).any():
             rest = counts - probe_counts
-            trl_layout = not probe and self.accelerator.num_processes == 1 and (counts == self.num_generations).all()
             stages.append((*self._generate_stage(prompts, rest, seed + 1, trl_layout), rest))
 
         # Where each row's rollout sits in the plan (each prompt's slots contiguous, the probe's first), stage by stage
@@ -312,10 +313,8 @@ class BudgetGRPOTrainer(GRPOTrainer):
             rewards_per_func[slot_order], lengths[slot_order] = gathered, gathered_lengths
         device = rewards_per_func.device
         output = stages[0][0]
-        trl_layout = in_plan_order and (counts == self.num_generations).all()
         if trl_layout:
-            # TRL's own layout (equal groups, rows in plan order): TRL's advantages and its zero-std share are already
-            # these, bit for bit, so they are not computed twice.
+            # TRL's advantages and its zero-std share are already these, bit for bit, so they are not computed twice.
             advantages = output["advantages"]
         else:
             advantages, is_std_zero = grouped_advantages(
