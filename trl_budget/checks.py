@@ -10,10 +10,14 @@ import numpy as np
 _REAL = (int, float, np.integer, np.floating)
 
 
+def is_finite_number(value: Any) -> bool:
+    """2, 2.5 and numpy numbers are finite numbers; NaN, infinity, True and "2" are not."""
+    return not isinstance(value, bool) and isinstance(value, _REAL) and math.isfinite(value)
+
+
 def is_whole_number(value: Any) -> bool:
     """2 and 2.0 are whole numbers; 2.5, NaN, infinity, True and "2" are not."""
-    return (not isinstance(value, bool) and isinstance(value, _REAL) and math.isfinite(value)
-            and int(value) == value)
+    return is_finite_number(value) and int(value) == value
 
 
 def check_whole_number(name: str, value: Any, minimum: int) -> None:
@@ -24,5 +28,5 @@ def check_whole_number(name: str, value: Any, minimum: int) -> None:
 
 def check_finite(name: str, value: Any, above: float, rule: str) -> None:
     """A real option: a finite number above `above` (NaN and infinity would fail every allocation later)."""
-    if isinstance(value, bool) or not isinstance(value, _REAL) or not (math.isfinite(value) and value > above):
+    if not (is_finite_number(value) and value > above):
         raise ValueError(f"{name} must be a finite number {rule}, got {value!r}.")

@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from .checks import is_finite_number
+
 __all__ = ["check_prior_columns", "prior_inputs"]
 
 
@@ -59,5 +61,4 @@ def _is_empty(value: Any) -> bool:
 
 
 def _is_rate(value: Any) -> bool:
-    return (not isinstance(value, bool) and isinstance(value, (int, float, np.integer, np.floating))
-            and 0.0 <= value <= 1.0)
+    return is_finite_number(value) and 0.0 <= value <= 1.0

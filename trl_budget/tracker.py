@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from .checks import is_whole_number
+from .checks import is_finite_number, is_whole_number
 
 __all__ = ["CapabilityTracker", "SettingsMismatch", "prompt_key"]
 
@@ -112,9 +112,7 @@ class CapabilityTracker:
                 f"rollout_pool must be None, 0 (off) or a number of rollouts up to {MAX_ROLLOUT_POOL}, got "
                 f"{rollout_pool}."
             )
-        if isinstance(success_threshold, bool) or not isinstance(success_threshold, (int, float, np.number)) or not (
-            np.isfinite(success_threshold)
-        ):
+        if not is_finite_number(success_threshold):
             raise ValueError(f"success_threshold must be a finite number, got {success_threshold}.")
         self.window = int(window)
         self.success_threshold = float(success_threshold)
@@ -229,9 +227,13 @@ class CapabilityTracker:
         rows = self._rows_for(names.tolist())  # first: it may grow (and so replace) the columns
         self._length[rows] = means
 
+    def _rows_of(self, keys: Sequence[Hashable]) -> np.ndarray:
+        """The row of each key; -1 for a key never seen."""
+        return np.fromiter((self._row_of.get(str(key), -1) for key in keys), dtype=np.int64, count=len(keys))
+
     def expected_lengths(self, keys: Sequence[Hashable]) -> np.ndarray:
         """Each key's mean completion tokens over its latest visit; NaN where never measured."""
-        rows = np.fromiter((self._row_of.get(str(key), -1) for key in keys), dtype=np.int64, count=len(keys))
+        rows = self._rows_of(keys)
         lengths = np.full(len(keys), np.nan)
         lengths[rows >= 0] = self._length[rows[rows >= 0]]
         return lengths
@@ -289,7 +291,7 @@ class CapabilityTracker:
             prior = np.where(np.isfinite(prior), prior, self.group_pass_rates(groups))
         use = np.isnan(rates) & np.isfinite(prior)
         if use.any():
-            rows = np.fromiter((self._row_of.get(str(key), -1) for key in keys), dtype=np.int64, count=len(keys))
+            rows = self._rows_of(keys)
             wins, trials = np.zeros(len(keys)), np.zeros(len(keys))
             known = use & (rows >= 0)
             if known.any():
@@ -306,7 +308,7 @@ class CapabilityTracker:
 
     def evidence(self, keys: Sequence[Hashable]) -> tuple[np.ndarray, np.ndarray]:
         """The successes and rollouts that each key's pass rate is computed from (0 and 0 below `min_rollouts`)."""
-        rows = np.fromiter((self._row_of.get(str(key), -1) for key in keys), dtype=np.int64, count=len(keys))
+        rows = self._rows_of(keys)
         wins, trials = np.zeros(len(keys)), np.zeros(len(keys))
         known = rows >= 0
         known[known] = self._scored[rows[known]] >= self.min_rollouts

@@ -239,23 +239,20 @@ class BudgetGRPOTrainer(GRPOTrainer):
         # that raises on one process only would leave the others waiting in TRL's gather (its last statement), and an
         # exception handler reaching another collective would hang the run: the failing process meets that gather
         # with unscorable rows instead, and then every process raises the same error.
-        if self.accelerator.num_processes == 1:
-            self._gathered_rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-            return self._gathered_rewards
         failure = None
         try:
             self._gathered_rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         except Exception as error:  # noqa: BLE001 - re-raised below, on every rank
+            if self.accelerator.num_processes == 1:
+                raise
             failure = f"{type(error).__name__}: {error}"
             unscorable = torch.full((len(prompts), len(self.reward_funcs)), torch.nan, device=self.accelerator.device)
             self._gathered_rewards = self.accelerator.gather(unscorable)
-        failures = gather_object([failure])
-        failed = [(rank, message) for rank, message in enumerate(failures) if message is not None]
-        if failed:
-            rank, message = failed[0]
-            raise RuntimeError(
-                f"A reward function failed on process {rank}, so every process stops: {message}"
-            )
+        if self.accelerator.num_processes > 1:
+            failed = [(rank, message) for rank, message in enumerate(gather_object([failure])) if message is not None]
+            if failed:
+                rank, message = failed[0]
+                raise RuntimeError(f"A reward function failed on process {rank}, so every process stops: {message}")
         return self._gathered_rewards
 
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
