@@ -92,15 +92,23 @@ def main(output_dir: str, mode: str):
             # What an exception handler that saves or retries does: reach another collective.
             trainer.accelerator.wait_for_everyone()
             Path(output_dir, f"rank{rank}_error.txt").write_text(str(error))
-        return
-    trainer.train()
-    report = {
-        "world_size": trainer.accelerator.num_processes,
-        "batches": trainer.seen,
-        "tracker": trainer.tracker.state_dict(),
-        "losses": [entry["loss"] for entry in trainer.state.log_history if "loss" in entry],
-    }
-    Path(output_dir, f"rank{rank}.json").write_text(json.dumps(report))
+    else:
+        trainer.train()
+        report = {
+            "world_size": trainer.accelerator.num_processes,
+            "batches": trainer.seen,
+            "tracker": trainer.tracker.state_dict(),
+            "losses": [entry["loss"] for entry in trainer.state.log_history if "loss" in entry],
+        }
+        Path(output_dir, f"rank{rank}.json").write_text(json.dumps(report))
+    # Leave without tearing down torch's gloo group. Its worker thread frees a finished collective's tensors a moment
+    # after the collective returns, and needs the GIL to do so: at interpreter shutdown that aborts the process
+    # (SIGABRT), and in `destroy_process_group()` it deadlocks against the main thread, which joins the worker while
+    # holding the GIL. Every collective of the run is complete once both processes pass the barrier.
+    trainer.accelerator.wait_for_everyone()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
