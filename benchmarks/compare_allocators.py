@@ -14,7 +14,8 @@ side in one invocation. Two regimes, fixed here before any run (pre-registered):
 The metric: final held-out accuracy (exact match, mean of 4 samples at temperature 1); per variant the paired
 difference to uniform with its 95% confidence interval, the effective gradient ratio, and the rollouts uniform needs
 to reach the variant's final accuracy over the variant's own. Writes `compare_allocators[-small].json` (summary and
-mean curves), a PNG, and every run's curves under `runs/` (not kept in git).
+mean curves), a PNG, and every run's curves under `runs/` (not kept in git). The second allocation study, which
+supersedes these regimes, is benchmarks/allocation_study.py.
 
     python benchmarks/compare_allocators.py                  # the study: 6 variants x 5 seeds
     python benchmarks/compare_allocators.py --regime small   # the earlier table: 4 variants x 3 seeds
@@ -83,7 +84,7 @@ def main(argv=None) -> dict:
     parser.add_argument("--first-seed", type=int, default=0, help="seeds run are first-seed, first-seed + 1, ...")
     parser.add_argument("--from-runs", type=Path, nargs="+", default=None,
                         help="summarise the runs saved by earlier invocations (runs/*_runs.json) instead of training")
-    parser.add_argument("--name", default=None, help="output file name (default: compare_allocators[-regime])")
+    parser.add_argument("--name", default=None, help="output file name (default: compare_allocators-REGIME)")
     parser.add_argument("--steps", type=int, default=None, help="optimizer updates per run")
     parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=None, help="a subset of variants")
     parser.add_argument("--output-dir", type=Path, default=Path(__file__).resolve().parent / "results",
@@ -130,7 +131,7 @@ def main(argv=None) -> dict:
                   f"effective ratio {np.mean(run['effective_ratio']):.3f}" + (" (stored run)" if reused else ""),
                   flush=True)
     summary = summarize(runs)
-    name = args.name or "compare_allocators" + ("" if args.regime == "pool" else f"-{args.regime}")
+    name = args.name or f"compare_allocators-{args.regime}"  # compare_allocators.json is the second study's
     command = "python benchmarks/compare_allocators.py" + (f" --regime {args.regime}" if args.regime != "pool" else "")
     result = {
         "command": command + (" --quick" if args.quick else ""),

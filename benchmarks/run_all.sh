@@ -11,7 +11,11 @@ python benchmarks/step_overhead.py          # step time against GRPOTrainer
 python benchmarks/tracker_scale.py          # tracker memory and checkpoint cost at 10^6 prompts
 python benchmarks/beyond_options.py         # the options beyond both papers, each against the run without it
 python benchmarks/token_cap_speed.py        # allocation time under a token cap
-OMP_NUM_THREADS=1 python benchmarks/study_pilot.py --seeds 4   # the next study's regime, on uniform alone
+OMP_NUM_THREADS=1 python benchmarks/study_pilot.py --seeds 4   # the second study's regime, on uniform alone
+
+# The second allocation study (pre-registered in the script: 10 variants x 20 paired seeds, two processes; stored runs
+# are read back, so it resumes where it stopped): compare_allocators.json/.png and trl_budget/demo/study_answer.json.
+OMP_NUM_THREADS=1 python benchmarks/allocation_study.py
 
 # vLLM request layout, in the engine venv (bash tests/vllm_engine/setup_venv.sh): short completions, then every
 # rollout run to 128 tokens.
@@ -19,8 +23,9 @@ OMP_NUM_THREADS=1 python benchmarks/study_pilot.py --seeds 4   # the next study'
 .venv-vllm/bin/python benchmarks/vllm_request_layout.py --ignore-eos --max-tokens 128 \
     --output benchmarks/results/vllm_request_layout-long.json
 
-# The allocation study (pool regime, 6 pre-registered variants x 5 paired seeds): two single-threaded processes, one
-# per core; then the exploratory variant added after their first results; then one summary over all the runs.
+# The first allocation study (pool regime, 6 pre-registered variants x 5 paired seeds): two single-threaded processes,
+# one per core; then the exploratory variant added after their first results; then one summary over all the runs
+# (compare_allocators-pool.json).
 PREREGISTERED="uniform knapsack coba knapsack-no-fallback knapsack-probe2 coba-probe2"
 OMP_NUM_THREADS=1 python benchmarks/compare_allocators.py --variants $PREREGISTERED --seeds 3 --first-seed 0 \
     --name study-seeds0-2 &
@@ -30,7 +35,8 @@ wait
 OMP_NUM_THREADS=1 python benchmarks/compare_allocators.py --variants knapsack-probe2-shrunk --seeds 5 \
     --name explore-shrunk
 python benchmarks/compare_allocators.py --from-runs benchmarks/results/runs/study-seeds0-2_runs.json \
-    benchmarks/results/runs/study-seeds3-4_runs.json benchmarks/results/runs/explore-shrunk_runs.json
+    benchmarks/results/runs/study-seeds3-4_runs.json benchmarks/results/runs/explore-shrunk_runs.json \
+    --name compare_allocators-pool
 rm benchmarks/results/study-seeds*.* benchmarks/results/explore-shrunk.*
 
 # The secondary regime (the pool plus the 3+3 level): 4 variants x 5 paired seeds, two processes again.

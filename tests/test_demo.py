@@ -44,6 +44,9 @@ def test_demo_end_to_end(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "held-out accuracy" in printed and str(output / "demo_report.png") in printed
     assert "What you see:" in printed
+    from trl_budget.cli import study_answer
+
+    assert study_answer() in printed
 
     results = json.loads((output / "demo_results.json").read_text())
     assert set(results["summary"]) == {"knapsack-probe2", "uniform"}
@@ -86,15 +89,15 @@ def test_allocator_benchmark_quick(tmp_path, monkeypatch):
     arguments = ["--quick", "--steps", "4", "--output-dir", str(tmp_path), "--cache-dir", str(tmp_path / "cache"),
                  "--run-cache", str(tmp_path / "run_cache")]
     result = compare_allocators.main(arguments)
-    saved = json.loads((tmp_path / "compare_allocators.json").read_text())
+    saved = json.loads((tmp_path / "compare_allocators-pool.json").read_text())
     assert set(saved["summary"]) == set(compare_allocators.VARIANTS)
     assert saved["summary"]["uniform"]["effective_ratio_vs_uniform"] == pytest.approx(1.0)
     for row in saved["summary"].values():
         assert row["rollouts_spent"] == 4 * 64 and "rollouts_to_uniform_final_accuracy" in row
     assert saved["summary"] == result["summary"] and set(saved["mean_curves"]) == set(saved["summary"])
-    runs = json.loads((tmp_path / "runs" / "compare_allocators_runs.json").read_text())
+    runs = json.loads((tmp_path / "runs" / "compare_allocators-pool_runs.json").read_text())
     assert len(runs) == len(compare_allocators.VARIANTS)
-    check_png(tmp_path / "compare_allocators.png")
+    check_png(tmp_path / "compare_allocators-pool.png")
 
     # A second invocation resumes from the stored runs: nothing is trained again, and the summary is the same.
     def no_training(*args, **kwargs):
@@ -103,6 +106,48 @@ def test_allocator_benchmark_quick(tmp_path, monkeypatch):
     monkeypatch.setattr(compare_allocators, "run_rl", no_training)
     assert compare_allocators.main(arguments)["summary"] == result["summary"]
     assert len(list((tmp_path / "run_cache").glob("*.json"))) == len(compare_allocators.VARIANTS)
+
+
+def test_allocation_study_quick_resumes_and_reports_its_preregistered_figures(tmp_path, monkeypatch):
+    import allocation_study
+
+    result = allocation_study.main(["--quick", "--output-dir", str(tmp_path)])
+    saved = json.loads((tmp_path / "compare_allocators.json").read_text())
+    assert saved["primary"] == result["primary"] and saved["primary"]["seeds"] == 2
+    primary = saved["primary"]
+    assert primary["comparison"] == "knapsack - uniform" and len(primary["ci95"]) == 2
+    assert primary["mde80"] == pytest.approx(allocation_study.mde80())
+    gate = primary["room_gate"]
+    assert gate["diff"] == pytest.approx(gate["uniform_2x"] - gate["uniform"])
+    assert set(saved["variants"]) == set(allocation_study.VARIANTS)
+    assert saved["holm_family"] == sorted(allocation_study.SECONDARY)  # all complete at 2 seeds
+    for label in allocation_study.SECONDARY:
+        test = saved["variants"][label]["vs_uniform"]["holm"]
+        low, high = test["ci_holm"]
+        assert low <= saved["variants"][label]["vs_uniform"]["diff"] <= high and test["p_holm"] >= test["p"]
+    # The doubled run spends twice the rollouts; its first half is the uniform run itself (constant rate, same seed).
+    doubled, uniform = saved["mean_curves"]["uniform-2x"], saved["mean_curves"]["uniform"]
+    assert doubled["rollouts"][-1] == 2 * uniform["rollouts"][-1]
+    assert doubled["accuracy"][: len(uniform["accuracy"])] == pytest.approx(uniform["accuracy"])
+    assert saved["answer"].startswith("Knapsack RL") and saved["variants"]["knapsack"]["effective_ratio"] > 0
+    check_png(tmp_path / "compare_allocators.png")
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("a stored run was trained again")
+
+    monkeypatch.setattr(allocation_study, "run_rl", no_training)
+    again = allocation_study.main(["--quick", "--stored-only", "--output-dir", str(tmp_path)])
+    assert again["primary"] == result["primary"] and again["variants"] == result["variants"]
+
+
+def test_the_demo_prints_the_answer_the_study_recorded():
+    from trl_budget.cli import STUDY_ANSWER, study_answer
+
+    study = json.loads((ROOT / "benchmarks" / "results" / "compare_allocators.json").read_text())
+    if "primary" not in study:
+        pytest.skip("the allocation study has not recorded its primary comparison")
+    recorded = json.loads(STUDY_ANSWER.read_text())
+    assert recorded["primary"] == study["primary"] and study_answer() == study["answer"] == recorded["answer"]
 
 
 def test_a_stored_run_is_keyed_by_its_settings(tmp_path):

@@ -5,4 +5,5 @@
 - `tiny`: a tiny Llama and a character tokenizer, built locally with no download.
 - `run`: the cached supervised warm start, and an RL run with an allocator that records its curves.
 - `report`: summaries over seeds, the table and the PNG report.
+- `study_stats`: the allocation study's statistics (paired intervals, power, Holm, rollouts to match).
 """

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
+
+
+# The second allocation study's learning rate (RLSettings.study), chosen on uniform GRPO alone: the one candidate of
+# benchmarks/study_pilot.py that passed every criterion (room gate, uniform ending above its start, rollouts without a
+# gradient, batches allocated from history).
+STUDY_RATE = 1e-4
 
 
 @dataclass(frozen=True)
@@ -66,6 +72,17 @@ class RLSettings:
         return cls(steps=steps, prompts_per_step=64, num_generations=8, updates_per_batch=8, max_generations=128,
                    train_prompts=1500, eval_prompts=480, train_eval_prompts=240, levels=(1, 3, 4),
                    eval_every=max(8, steps // 8), histogram_steps=marks)
+
+    @classmethod
+    def study(cls, steps: int = 960) -> "RLSettings":
+        """The second allocation study's regime (benchmarks/allocation_study.py), chosen on uniform GRPO alone.
+
+        The pool regime at a constant learning rate of 1e-4 (`STUDY_RATE`) after 16 warm-up steps (a linear decay
+        spends most of its rate before allocation has history), 960 updates so that 80% of generation batches are
+        allocated from history, and greedy accuracy on 1 000 held-out problems every 60 updates.
+        """
+        return replace(cls.pool(steps), learning_rate=STUDY_RATE, lr_scheduler_type="constant_with_warmup",
+                       warmup_steps=16, eval_prompts=1000, eval_samples=0, eval_every=min(60, max(8, steps // 8)))
 
     @property
     def rollouts_per_step(self) -> int:

@@ -1,0 +1,352 @@
+"""The second allocation study: does Knapsack RL buy held-out accuracy over uniform GRPO at the same rollout budget?
+
+    OMP_NUM_THREADS=1 python benchmarks/allocation_study.py               # train every run not yet stored, summarise
+    python benchmarks/allocation_study.py --stored-only                   # summarise the stored runs, train nothing
+    python benchmarks/allocation_study.py --quick --output-dir /tmp/s     # a smoke run of a minute
+
+Pre-registered here, before any allocator run of this study (the regime was chosen on uniform alone by
+benchmarks/study_pilot.py, whose results are in benchmarks/results/study_pilot.json):
+
+- Regime: `RLSettings.study()` from the shipped warm start (the same on every machine): the pool of 1 500 problems of
+  levels 2+1, 2+2 and 2x1; 64 prompts x 8 rollouts on average per generation batch, 8 updates per batch, each prompt
+  between 2 and 128 rollouts; float32; a constant learning rate of 1e-4 after 16 warm-up steps; 960 updates
+  (61 440 rollouts), so 96 of 120 generation batches (80%) are allocated from history.
+- Metric: greedy exact-match accuracy on 1 000 held-out problems of the same levels, the mean of the last three
+  evaluations (updates 840, 900 and 960).
+- Seeds: 0-19, paired: every variant trains with the same seeds, so data order and sampling start alike.
+- Primary comparison: `knapsack` (the release's rule, with its fallback) minus `uniform`: the mean paired difference
+  and its 95% t interval; a two-sided sign-flip test at 0.05.
+- Minimal detectable effect at 80% power: from the pilot's paired SD of uniform's own 2x-minus-1x difference at this
+  budget (the only paired SD measured before any allocator ran), 0.65 point over 4 seeds; with 20 seeds that is
+  (t(0.975, 19) + t(0.8, 19)) x 0.65 / sqrt(20) = 0.43 point. That SD may understate the allocators' (a 2x run
+  repeats its 1x run exactly for the first half), so the observed paired SD and its MDE are reported beside it.
+- Room gate: `uniform-2x` (uniform with twice the updates, hence twice the rollouts) minus `uniform` must be at least
+  3 points; printed beside the answer whichever way it goes.
+- Secondary comparisons, each minus uniform, Holm-corrected as one family (sign-flip p-values, intervals at the
+  level of each one's Holm step): knapsack-no-fallback, coba, coba-prompt-weighted, knapsack-column-prior,
+  knapsack-group-prior, knapsack-prompt-weighted, knapsack-token-cap.
+- Also reported, not tested: rollouts uniform needs to reach each variant's metric, over the variant's (paired
+  bootstrap over seeds, from uniform-2x's curves); per variant over the allocated batches only (after the first 24):
+  the share of rollouts with a gradient, of prompts with a gradient, the largest prompt's share of the loss, and
+  completion tokens against uniform's.
+
+Runs are trained in that order, primary first (uniform, knapsack, uniform-2x over all seeds), then the secondaries
+seed by seed; each finished run is stored under its settings, seed and the package's code
+(benchmarks/results/run_cache), so a stopped study resumes, and `--stored-only` summarises what is there (a secondary
+with fewer seeds is marked incomplete). Writes benchmarks/results/compare_allocators.json (`primary`, `room_gate`,
+`variants`, mean curves), compare_allocators.png, and the answer the demo prints (trl_budget/demo/study_answer.json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, replace
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from trl_budget.demo.run import run_rl, warm_start
+from trl_budget.demo.run_cache import cached_run
+from trl_budget.demo.settings import RLSettings, WarmStartSettings
+from trl_budget.demo.study_stats import (
+    holm,
+    minimal_detectable_effect,
+    paired_interval,
+    rollouts_to_match,
+    sign_flip_p_value,
+)
+
+RESULTS = Path(__file__).resolve().parent / "results"
+ANSWER = Path(__file__).resolve().parents[1] / "trl_budget" / "demo" / "study_answer.json"
+
+SEEDS = 20
+BUDGET = 960  # updates
+PILOT_CANDIDATE = "pool-constant-0.0001-960"  # its row of study_pilot.json holds the paired SD below
+PILOT_PAIRED_SD = 0.0065  # 0.65 point: SD over seeds 0-3 of uniform's 1 920-minus-960-update metric
+ROOM_GATE = 0.03
+
+VARIANTS = {  # label -> BudgetGRPOConfig settings
+    "uniform": {"budget_allocator": "uniform"},
+    "knapsack": {"budget_allocator": "knapsack"},
+    "uniform-2x": {"budget_allocator": "uniform"},
+    "knapsack-no-fallback": {"budget_allocator": "knapsack", "knapsack_fallback": False},
+    "coba": {"budget_allocator": "coba"},
+    "coba-prompt-weighted": {"budget_allocator": "coba", "budget_loss_weighting": "prompt"},
+    "knapsack-column-prior": {"budget_allocator": "knapsack", "pass_rate_prior_column": "prior"},
+    "knapsack-group-prior": {"budget_allocator": "knapsack", "prompt_group_column": "level"},
+    "knapsack-prompt-weighted": {"budget_allocator": "knapsack", "budget_loss_weighting": "prompt"},
+    "knapsack-token-cap": {"budget_allocator": "knapsack", "budget_token_cap": 1.0},
+}
+PRIMARY, BASELINE, DOUBLED = "knapsack", "uniform", "uniform-2x"
+SECONDARY = [label for label in VARIANTS if label not in (PRIMARY, BASELINE, DOUBLED)]
+# The column prior: each training prompt's solve rate by the warm start, 8 answers at temperature 1 (what a public
+# dataset's "reference model pass rate" column holds).
+PRIOR = {"source": "warm start", "samples": 8, "temperature": 1.0, "seed": 12345}
+
+
+def mde80() -> float:
+    return minimal_detectable_effect(PILOT_PAIRED_SD, SEEDS)
+
+
+def study_settings(label: str, quick: bool) -> tuple[WarmStartSettings, RLSettings]:
+    steps = BUDGET * (2 if label == DOUBLED else 1)
+    if quick:  # two generation batches of a small pool, on the shipped warm start
+        steps = 16 * (2 if label == DOUBLED else 1)
+        return WarmStartSettings(), replace(RLSettings.study(steps), train_prompts=64, eval_prompts=48,
+                                            train_eval_prompts=24)
+    return WarmStartSettings(), RLSettings.study(steps)
+
+
+@lru_cache(maxsize=2)
+def column_prior(quick: bool) -> dict[str, float]:
+    """Each training prompt's solve rate by the warm start (`PRIOR`), for the column-prior variant."""
+    from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
+
+    from trl_budget.demo.run import solve_rates
+    from trl_budget.demo.task import split_problems
+
+    warm, settings = study_settings(BASELINE, quick)
+    train, _ = split_problems(settings.train_prompts, settings.eval_prompts, settings.data_seed, settings.levels)
+    path = warm_start(warm)
+    model, tokenizer = AutoModelForCausalLM.from_pretrained(path), PreTrainedTokenizerFast.from_pretrained(path)
+    rates = solve_rates(model, tokenizer, train, samples=PRIOR["samples"], temperature=PRIOR["temperature"],
+                        seed=PRIOR["seed"])
+    return {problem["prompt"]: float(rate) for problem, rate in zip(train, rates)}
+
+
+def study_run(label: str, seed: int, quick: bool, run_cache: Path) -> tuple[dict, bool]:
+    """One run of the study, stored (or read back) under its settings and seed; single-threaded, for a process pool."""
+    import torch
+
+    torch.set_num_threads(1)
+    warm, settings = study_settings(label, quick)
+    options = dict(VARIANTS[label])
+    allocator = options.pop("budget_allocator")
+    uses_prior = "pass_rate_prior_column" in options
+    key = {"warm_start": asdict(warm), "rl": asdict(settings), "variant": VARIANTS[label], "seed": seed,
+           **({"prior": PRIOR} if uses_prior else {})}
+    priors = column_prior(quick) if uses_prior else None
+    return cached_run(
+        run_cache, f"study-{label}-{seed}", key,
+        lambda: {k: v for k, v in run_rl(warm_start(warm), allocator, seed, settings, Path("study_runs") / label,
+                                         show_progress=False, label=label, prompt_priors=priors, **options).items()
+                 if k != "histograms"})  # rollouts per prompt are kept in the batch figures; the lists are large
+
+
+METRIC = "greedy held-out accuracy, mean of the last three evaluations"
+
+
+def metric(run: dict) -> float:
+    """The study's metric (`METRIC`)."""
+    return float(np.mean([point["accuracy"] for point in run["curve"][-3:]]))
+
+
+def first_epoch_batches(settings: RLSettings) -> int:
+    """Generation batches before any prompt comes back (24 in the study: 1 500 prompts, 64 per batch)."""
+    return -(-settings.train_prompts // settings.prompts_per_step)
+
+
+def after_first_epoch(run: dict, name: str, skip: int) -> float:
+    values = [value for value in run[name][skip:] if value is not None]
+    return float(np.mean(values)) if values else float("nan")
+
+
+def job_order(seeds: range) -> list[tuple[str, int]]:
+    """The primary comparison and the room gate over all seeds first, then the secondaries seed by seed."""
+    first = [(label, seed) for seed in seeds for label in (DOUBLED, BASELINE, PRIMARY)]
+    return first + [(label, seed) for seed in seeds for label in SECONDARY]
+
+
+def compare(runs: dict, label: str, seeds: list[int]) -> dict:
+    """`label` minus uniform on the seeds both have: paired mean, 95% interval, sign-flip p-value."""
+    paired = [seed for seed in seeds if (label, seed) in runs and (BASELINE, seed) in runs]
+    differences = np.array([metric(runs[label, s]) - metric(runs[BASELINE, s]) for s in paired])
+    if len(paired) < 2:
+        return {"seeds": len(paired), "complete": False}
+    diff, ci = paired_interval(differences)
+    return {"seeds": len(paired), "complete": len(paired) == len(seeds), "diff": diff, "ci95": ci,
+            "paired_sd": float(differences.std(ddof=1)), "p": sign_flip_p_value(differences),
+            "differences": differences.tolist()}
+
+
+def mechanism(runs: dict, label: str, seeds: list[int], skip: int) -> dict:
+    """What the variant did with its rollouts over the allocated batches (after the first `skip`), mean over seeds."""
+    group = [runs[label, s] for s in seeds if (label, s) in runs]
+    uniform = [runs[BASELINE, s] for s in seeds if (label, s) in runs and (BASELINE, s) in runs]
+    figure = lambda name, runs_: float(np.mean([after_first_epoch(run, name, skip) for run in runs_]))  # noqa: E731
+    row = {name: figure(name, group) for name in ("effective_ratio", "prompts_with_gradient", "top_prompt_loss_share")}
+    if uniform and label != DOUBLED:
+        row["effective_ratio_vs_uniform"] = row["effective_ratio"] / figure("effective_ratio", uniform)
+        row["completion_tokens_vs_uniform"] = figure("completion_tokens", group) / figure("completion_tokens", uniform)
+    return row
+
+
+def summarize(runs: dict, seeds: list[int], skip: int) -> dict:
+    """The study's figures from the runs stored so far; mechanism figures over batches after the first `skip`."""
+    budget_rollouts = runs[BASELINE, seeds[0]]["curve"][-1]["rollouts"]
+    doubled = [s for s in seeds if (DOUBLED, s) in runs]
+    variants = {}
+    for label in VARIANTS:
+        have = [s for s in seeds if (label, s) in runs]
+        if not have:
+            continue
+        values = [metric(runs[label, s]) for s in have]
+        row = {"seeds": len(have), "metric_mean": float(np.mean(values)), "metric_sd": float(np.std(values, ddof=1))
+               if len(values) > 1 else None, **mechanism(runs, label, have, skip)}
+        if label != BASELINE:
+            row["vs_uniform"] = compare(runs, label, seeds)
+        both = [s for s in have if s in doubled]
+        if label not in (BASELINE, DOUBLED) and len(both) >= 2:
+            curves = [runs[DOUBLED, s]["curve"] for s in both]
+            row["uniform_rollouts_to_match"] = rollouts_to_match(
+                [point["rollouts"] for point in curves[0]], [[point["accuracy"] for point in c] for c in curves],
+                [metric(runs[label, s]) for s in both], budget_rollouts)
+        variants[label] = row
+    complete = [label for label in SECONDARY if variants.get(label, {}).get("vs_uniform", {}).get("complete")]
+    family = holm({label: variants[label]["vs_uniform"]["p"] for label in complete})
+    for label, test in family.items():
+        differences = variants[label]["vs_uniform"]["differences"]
+        test["ci_holm"] = paired_interval(differences, test["level"])[1]
+        variants[label]["vs_uniform"]["holm"] = test
+    primary = variants.get(PRIMARY, {}).get("vs_uniform", {})
+    gate = variants.get(DOUBLED, {}).get("vs_uniform", {})
+    return {
+        "start_accuracy": metric({"curve": runs[BASELINE, seeds[0]]["curve"][:1]}),
+        "budget_rollouts": budget_rollouts,
+        "primary": {"comparison": f"{PRIMARY} - {BASELINE}", "metric": METRIC,
+                    **{k: primary.get(k) for k in ("diff", "ci95", "p", "seeds", "complete")},
+                    "significant": primary.get("p") is not None and primary["p"] <= 0.05,
+                    "mde80": mde80(), "mde80_observed": minimal_detectable_effect(primary["paired_sd"], SEEDS)
+                    if "paired_sd" in primary else None,
+                    "room_gate": {"uniform": variants.get(BASELINE, {}).get("metric_mean"),
+                                  "uniform_2x": variants.get(DOUBLED, {}).get("metric_mean"),
+                                  "diff": gate.get("diff"), "ci95": gate.get("ci95"), "required": ROOM_GATE,
+                                  "passes": gate.get("diff") is not None and gate["diff"] >= ROOM_GATE}},
+        "holm_family": sorted(family),
+        "secondaries_incomplete": [label for label in SECONDARY if label not in complete],
+        "variants": variants,
+        "mean_curves": {label: {"rollouts": [p["rollouts"] for p in runs[label, have[0]]["curve"]],
+                                "accuracy": np.mean([[p["accuracy"] for p in runs[label, s]["curve"]] for s in have],
+                                                    axis=0).tolist()}
+                        for label in VARIANTS if (have := [s for s in seeds if (label, s) in runs])},
+    }
+
+
+def answer_sentence(primary: dict) -> str:
+    """The study's answer in one paragraph, as the README and the demo state it."""
+    gate = primary["room_gate"]
+    if primary.get("diff") is None:
+        return "The allocation study has not finished its primary comparison yet."
+    low, high = primary["ci95"]
+    verdict = ("Knapsack RL beats uniform GRPO" if low > 0 else "Knapsack RL loses to uniform GRPO" if high < 0 else
+               "Knapsack RL and uniform GRPO cannot be told apart")
+    return (f"{verdict} at the same rollout budget: {primary['diff'] * 100:+.2f} points of greedy held-out accuracy "
+            f"(95% interval [{low * 100:+.2f}, {high * 100:+.2f}], {primary['seeds']} paired seeds; an effect of "
+            f"{primary['mde80'] * 100:.2f} points would be found 80% of the time). Room: uniform with twice the "
+            f"rollouts gains {gate['diff'] * 100:+.2f} points (the gate asks {gate['required'] * 100:.0f}; "
+            f"{'passed' if gate['passes'] else 'not passed'}).")
+
+
+def plot(summary: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, (curves, bars) = plt.subplots(1, 2, figsize=(14, 5.5))
+    for label, curve in summary["mean_curves"].items():
+        curves.plot(np.array(curve["rollouts"]) / 1000, curve["accuracy"], label=label,
+                    linewidth=2.5 if label in (PRIMARY, BASELINE, DOUBLED) else 1, marker=".")
+    curves.set(xlabel="rollouts spent (thousands)", ylabel="greedy held-out accuracy (mean over seeds)",
+               title="Held-out accuracy against rollouts spent")
+    curves.legend(fontsize=8)
+    rows = [(label, row["vs_uniform"]) for label, row in summary["variants"].items()
+            if "vs_uniform" in row and row["vs_uniform"].get("diff") is not None]
+    for y, (label, comparison) in enumerate(rows):
+        low, high = comparison.get("holm", {}).get("ci_holm") or comparison["ci95"]
+        bars.errorbar(comparison["diff"] * 100, y, xerr=[[(comparison["diff"] - low) * 100],
+                                                         [(high - comparison["diff"]) * 100]], fmt="o", capsize=4)
+    bars.axvline(0, color="grey", linewidth=1)
+    bars.set_yticks(range(len(rows)), [f"{label} ({c['seeds']} seeds)" for label, c in rows])
+    bars.set(xlabel="metric minus uniform's, points (95% interval; Holm-adjusted for secondaries)",
+             title="Paired differences to uniform GRPO")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--stored-only", action="store_true", help="summarise the stored runs; train nothing")
+    parser.add_argument("--quick", action="store_true", help="a smoke run: 2 seeds, 16 updates, a small pool")
+    parser.add_argument("--processes", type=int, default=2, help="runs trained at once (default: 2)")
+    parser.add_argument("--output-dir", type=Path, default=RESULTS, help="default: benchmarks/results")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    seeds = range(2 if args.quick else SEEDS)
+    run_cache = args.output_dir / "run_cache"
+    jobs = job_order(seeds)
+    if args.stored_only:
+        stored = {job: study_run(*job, args.quick, run_cache) for job in jobs if _is_stored(job, args.quick, run_cache)}
+    else:
+        with ProcessPoolExecutor(args.processes) as pool:
+            stored = dict(zip(jobs, pool.map(study_run, *zip(*jobs), [args.quick] * len(jobs),
+                                             [run_cache] * len(jobs))))
+    runs = {job: result["result"] for job, (result, _) in stored.items()}
+    summary = summarize(runs, list(seeds), first_epoch_batches(study_settings(BASELINE, args.quick)[1]))
+    summary["preregistered"] = {"seeds": len(seeds), "budget_updates": BUDGET, "primary": f"{PRIMARY} - {BASELINE}",
+                                "secondary": SECONDARY, "pilot_candidate": PILOT_CANDIDATE,
+                                "pilot_paired_sd": PILOT_PAIRED_SD, "mde80": mde80(), "room_gate": ROOM_GATE}
+    summary["answer"] = answer_sentence(summary["primary"])
+    summary["command"] = "OMP_NUM_THREADS=1 python benchmarks/allocation_study.py" + (" --quick" if args.quick else "")
+    args.output_dir.mkdir(parents=True, exist_ok=True)
+    (args.output_dir / "compare_allocators.json").write_text(json.dumps(summary, indent=2))
+    plot(summary, args.output_dir / "compare_allocators.png")
+    if not args.quick:
+        ANSWER.write_text(json.dumps({"answer": summary["answer"], "primary": summary["primary"]}, indent=2) + "\n")
+    print(markdown_table(summary))
+    print(summary["answer"])
+    return summary
+
+
+def _is_stored(job: tuple[str, int], quick: bool, run_cache: Path) -> bool:
+    """Whether a job's run is in the cache, without training it."""
+    from trl_budget.demo.run_cache import run_key
+
+    label, seed = job
+    warm, settings = study_settings(label, quick)
+    key = {"warm_start": asdict(warm), "rl": asdict(settings), "variant": VARIANTS[label], "seed": seed,
+           **({"prior": PRIOR} if "pass_rate_prior_column" in VARIANTS[label] else {})}
+    return (run_cache / f"study-{label}-{seed}-{run_key(key)}.json").exists()
+
+
+def markdown_table(summary: dict) -> str:
+    """The table docs/benchmarks.md cites."""
+    lines = ["| variant | seeds | metric | minus uniform (95% CI) | Holm-adjusted CI, p | rollouts with a gradient "
+             "(vs uniform) | prompts with a gradient | largest prompt's loss share | tokens vs uniform | "
+             "uniform's rollouts to match |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for label, row in summary["variants"].items():
+        comparison = row.get("vs_uniform", {})
+        diff = "—" if comparison.get("diff") is None else (
+            f"{comparison['diff'] * 100:+.2f} [{comparison['ci95'][0] * 100:+.2f}, {comparison['ci95'][1] * 100:+.2f}]")
+        test = comparison.get("holm")
+        holm_text = "—" if test is None else (f"[{test['ci_holm'][0] * 100:+.2f}, {test['ci_holm'][1] * 100:+.2f}], "
+                                              f"p {test['p_holm']:.3f}")
+        match = row.get("uniform_rollouts_to_match")
+        match_text = "—" if match is None else (
+            f"{match['ratio']:.2f}×" if match["ratio"] is not None else f"> {match['longest_ratio']:.0f}×") + (
+            "" if match is None else " [" + ", ".join("—" if v is None else f"{v:.2f}" for v in match["ci95"]) + "]")
+        lines.append(
+            f"| {label} | {row['seeds']} | {row['metric_mean']:.4f} | {diff} | {holm_text} | "
+            f"{row['effective_ratio']:.3f} ({row.get('effective_ratio_vs_uniform', 1.0):.2f}×) | "
+            f"{row['prompts_with_gradient']:.3f} | {row['top_prompt_loss_share']:.3f} | "
+            f"{row.get('completion_tokens_vs_uniform', 1.0):.3f} | {match_text} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
