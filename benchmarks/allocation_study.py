@@ -245,9 +245,10 @@ def answer_sentence(primary: dict) -> str:
     verdict = ("Knapsack RL beats uniform GRPO" if low > 0 else "Knapsack RL loses to uniform GRPO" if high < 0 else
                "Knapsack RL and uniform GRPO cannot be told apart")
     return (f"{verdict} at the same rollout budget: {primary['diff'] * 100:+.2f} points of greedy held-out accuracy "
-            f"(95% interval [{low * 100:+.2f}, {high * 100:+.2f}], {primary['seeds']} paired seeds; an effect of "
-            f"{primary['mde80'] * 100:.2f} points would be found 80% of the time). Room: uniform with twice the "
-            f"rollouts gains {gate['diff'] * 100:+.2f} points (the gate asks {gate['required'] * 100:.0f}; "
+            f"(95% interval [{low * 100:+.2f}, {high * 100:+.2f}], p = {primary['p']:.2f}, {primary['seeds']} paired "
+            f"seeds; the study was sized to find {primary['mde80'] * 100:.2f} points 80% of the time, "
+            f"{primary['mde80_observed'] * 100:.2f} with the spread it met). Room: uniform with twice the rollouts "
+            f"gains {gate['diff'] * 100:+.2f} points (the gate asks {gate['required'] * 100:.0f}: "
             f"{'passed' if gate['passes'] else 'not passed'}).")
 
 

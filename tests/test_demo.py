@@ -190,3 +190,20 @@ def test_the_shipped_warm_start_scores_what_its_record_and_the_readme_say():
         name: round(value, 3) for name, value in recorded.items()}
     readme = (ROOT / "README.md").read_text()
     assert f"greedy held-out accuracy {measured['accuracy']:.3f}" in readme
+
+
+def test_the_demo_and_the_study_start_where_the_readme_and_the_study_say():
+    # The demo and the study evaluate on RLSettings.study()'s 1 000 held-out problems, greedily, from the shipped start.
+    from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
+
+    from trl_budget.demo.run import SHIPPED_WARM_START, exact_match_accuracy
+    from trl_budget.demo.settings import RLSettings
+
+    settings = RLSettings.study()
+    _, held_out = split_problems(settings.train_prompts, settings.eval_prompts, settings.data_seed, settings.levels)
+    model = AutoModelForCausalLM.from_pretrained(SHIPPED_WARM_START)
+    accuracy = exact_match_accuracy(model, PreTrainedTokenizerFast.from_pretrained(SHIPPED_WARM_START), held_out)
+    assert f"greedy accuracy {accuracy['accuracy']:.3f} on the study's 1 000 held-out problems" in (
+        ROOT / "README.md").read_text()
+    study = json.loads((ROOT / "benchmarks" / "results" / "compare_allocators.json").read_text())
+    assert study["start_accuracy"] == pytest.approx(accuracy["accuracy"])
