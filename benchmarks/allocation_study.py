@@ -30,6 +30,9 @@ benchmarks/study_pilot.py, whose results are in benchmarks/results/study_pilot.j
   the share of rollouts with a gradient, of prompts with a gradient, the largest prompt's share of the loss, and
   completion tokens against uniform's.
 
+Added after the primary results, exploratory and untested: each variant's paired difference per level
+(`per_level_vs_uniform`; levels 1, 3, 4 are 2+1, 2+2, 2x1).
+
 Runs are trained in that order, primary first (uniform, knapsack, uniform-2x over all seeds), then the secondaries
 seed by seed; each finished run is stored under its settings, seed and the package's code
 (benchmarks/results/run_cache), so a stopped study resumes, and `--stored-only` summarises what is there (a secondary
@@ -161,6 +164,15 @@ def job_order(seeds: range) -> list[tuple[str, int]]:
     return first + [(label, seed) for seed in seeds for label in SECONDARY]
 
 
+def per_level(runs: dict, label: str, seeds: list[int]) -> dict[str, float]:
+    """Exploratory (added after the primary results): `label` minus uniform per level, mean over paired seeds."""
+    paired = [seed for seed in seeds if (label, seed) in runs and (BASELINE, seed) in runs]
+    levels = [name for name in runs[BASELINE, paired[0]]["curve"][-1] if name.startswith("level_")] if paired else []
+    last_three = lambda run, level: np.mean([point[level] for point in run["curve"][-3:]])  # noqa: E731
+    return {level: float(np.mean([last_three(runs[label, s], level) - last_three(runs[BASELINE, s], level)
+                                  for s in paired])) for level in levels}
+
+
 def compare(runs: dict, label: str, seeds: list[int]) -> dict:
     """`label` minus uniform on the seeds both have: paired mean, 95% interval, sign-flip p-value."""
     paired = [seed for seed in seeds if (label, seed) in runs and (BASELINE, seed) in runs]
@@ -199,6 +211,7 @@ def summarize(runs: dict, seeds: list[int], skip: int) -> dict:
                if len(values) > 1 else None, **mechanism(runs, label, have, skip)}
         if label != BASELINE:
             row["vs_uniform"] = compare(runs, label, seeds)
+            row["per_level_vs_uniform"] = per_level(runs, label, seeds)
         both = [s for s in have if s in doubled]
         if label not in (BASELINE, DOUBLED) and len(both) >= 2:
             curves = [runs[DOUBLED, s]["curve"] for s in both]
@@ -260,8 +273,9 @@ def plot(summary: dict, path: Path) -> None:
 
     figure, (curves, bars) = plt.subplots(1, 2, figsize=(14, 5.5))
     for label, curve in summary["mean_curves"].items():
-        curves.plot(np.array(curve["rollouts"]) / 1000, curve["accuracy"], label=label,
-                    linewidth=2.5 if label in (PRIMARY, BASELINE, DOUBLED) else 1, marker=".")
+        curves.plot(np.array(curve["rollouts"]) / 1000, curve["accuracy"], label=label, marker=".",
+                    linestyle="--" if label == DOUBLED else "-",  # its first half is uniform's run itself
+                    linewidth=2.5 if label in (PRIMARY, BASELINE, DOUBLED) else 1)
     curves.set(xlabel="rollouts spent (thousands)", ylabel="greedy held-out accuracy (mean over seeds)",
                title="Held-out accuracy against rollouts spent")
     curves.legend(fontsize=8)
