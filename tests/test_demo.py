@@ -144,10 +144,12 @@ def test_the_demo_prints_the_answer_the_study_recorded():
     from trl_budget.cli import STUDY_ANSWER, study_answer
 
     study = json.loads((ROOT / "benchmarks" / "results" / "compare_allocators.json").read_text())
-    if "primary" not in study:
-        pytest.skip("the allocation study has not recorded its primary comparison")
     recorded = json.loads(STUDY_ANSWER.read_text())
     assert recorded["primary"] == study["primary"] and study_answer() == study["answer"] == recorded["answer"]
+    primary, readme = study["primary"], (ROOT / "README.md").read_text()  # and the README states the same figures
+    low, high = primary["ci95"]
+    assert f"**{primary['diff'] * 100:+.2f} point**" in readme
+    assert f"[{low * 100:+.2f}, {high * 100:+.2f}]".replace("-", "−") in readme
 
 
 def test_a_stored_run_is_keyed_by_its_settings(tmp_path):
