@@ -121,8 +121,15 @@ def column_prior(quick: bool) -> dict[str, float]:
     return {problem["prompt"]: float(rate) for problem, rate in zip(train, rates)}
 
 
-def study_run(label: str, seed: int, quick: bool, run_cache: Path) -> tuple[dict, bool]:
-    """One run of the study, stored (or read back) under its settings and seed; single-threaded, for a process pool."""
+class NotStored(Exception):
+    """A run asked for with training off, and not in the run cache."""
+
+
+def study_run(label: str, seed: int, quick: bool, run_cache: Path, train: bool = True) -> tuple[dict, bool]:
+    """One run of the study, stored (or read back) under its settings and seed; single-threaded, for a process pool.
+
+    With `train` off, a run that is not stored raises `NotStored` instead of training.
+    """
     import torch
 
     torch.set_num_threads(1)
@@ -132,20 +139,29 @@ def study_run(label: str, seed: int, quick: bool, run_cache: Path) -> tuple[dict
     uses_prior = "pass_rate_prior_column" in options
     key = {"warm_start": asdict(warm), "rl": asdict(settings), "variant": VARIANTS[label], "seed": seed,
            **({"prior": PRIOR} if uses_prior else {})}
-    priors = column_prior(quick) if uses_prior else None
-    return cached_run(
-        run_cache, f"study-{label}-{seed}", key,
-        lambda: {k: v for k, v in run_rl(warm_start(warm), allocator, seed, settings, Path("study_runs") / label,
-                                         show_progress=False, label=label, prompt_priors=priors, **options).items()
-                 if k != "histograms"})  # rollouts per prompt are kept in the batch figures; the lists are large
+
+    def train_it() -> dict:
+        if not train:
+            raise NotStored(f"{label} seed {seed}")
+        priors = column_prior(quick) if uses_prior else None
+        result = run_rl(warm_start(warm), allocator, seed, settings, Path("study_runs") / label, show_progress=False,
+                        label=label, prompt_priors=priors, **options)
+        return {k: v for k, v in result.items() if k != "histograms"}  # per-batch figures kept; the lists are large
+
+    return cached_run(run_cache, f"study-{label}-{seed}", key, train_it)
 
 
 METRIC = "greedy held-out accuracy, mean of the last three evaluations"
 
 
-def metric(run: dict) -> float:
-    """The study's metric (`METRIC`)."""
-    return float(np.mean([point["accuracy"] for point in run["curve"][-3:]]))
+def metric(run: dict, name: str = "accuracy") -> float:
+    """The study's metric (`METRIC`); with `name` a level's (`level_3`), on the same three evaluations."""
+    return float(np.mean([point[name] for point in run["curve"][-3:]]))
+
+
+def paired_seeds(runs: dict, label: str, seeds: list[int]) -> list[int]:
+    """The seeds with both a `label` run and a uniform run."""
+    return [seed for seed in seeds if (label, seed) in runs and (BASELINE, seed) in runs]
 
 
 def first_epoch_batches(settings: RLSettings) -> int:
@@ -166,16 +182,15 @@ def job_order(seeds: range) -> list[tuple[str, int]]:
 
 def per_level(runs: dict, label: str, seeds: list[int]) -> dict[str, float]:
     """Exploratory (added after the primary results): `label` minus uniform per level, mean over paired seeds."""
-    paired = [seed for seed in seeds if (label, seed) in runs and (BASELINE, seed) in runs]
+    paired = paired_seeds(runs, label, seeds)
     levels = [name for name in runs[BASELINE, paired[0]]["curve"][-1] if name.startswith("level_")] if paired else []
-    last_three = lambda run, level: np.mean([point[level] for point in run["curve"][-3:]])  # noqa: E731
-    return {level: float(np.mean([last_three(runs[label, s], level) - last_three(runs[BASELINE, s], level)
-                                  for s in paired])) for level in levels}
+    return {level: float(np.mean([metric(runs[label, s], level) - metric(runs[BASELINE, s], level) for s in paired]))
+            for level in levels}
 
 
 def compare(runs: dict, label: str, seeds: list[int]) -> dict:
     """`label` minus uniform on the seeds both have: paired mean, 95% interval, sign-flip p-value."""
-    paired = [seed for seed in seeds if (label, seed) in runs and (BASELINE, seed) in runs]
+    paired = paired_seeds(runs, label, seeds)
     differences = np.array([metric(runs[label, s]) - metric(runs[BASELINE, s]) for s in paired])
     if len(paired) < 2:
         return {"seeds": len(paired), "complete": False}
@@ -188,7 +203,7 @@ def compare(runs: dict, label: str, seeds: list[int]) -> dict:
 def mechanism(runs: dict, label: str, seeds: list[int], skip: int) -> dict:
     """What the variant did with its rollouts over the allocated batches (after the first `skip`), mean over seeds."""
     group = [runs[label, s] for s in seeds if (label, s) in runs]
-    uniform = [runs[BASELINE, s] for s in seeds if (label, s) in runs and (BASELINE, s) in runs]
+    uniform = [runs[BASELINE, s] for s in paired_seeds(runs, label, seeds)]
     figure = lambda name, runs_: float(np.mean([after_first_epoch(run, name, skip) for run in runs_]))  # noqa: E731
     row = {name: figure(name, group) for name in ("effective_ratio", "prompts_with_gradient", "top_prompt_loss_share")}
     if uniform and label != DOUBLED:
@@ -228,7 +243,7 @@ def summarize(runs: dict, seeds: list[int], skip: int) -> dict:
     primary = variants.get(PRIMARY, {}).get("vs_uniform", {})
     gate = variants.get(DOUBLED, {}).get("vs_uniform", {})
     return {
-        "start_accuracy": metric({"curve": runs[BASELINE, seeds[0]]["curve"][:1]}),
+        "start_accuracy": runs[BASELINE, seeds[0]]["curve"][0]["accuracy"],
         "budget_rollouts": budget_rollouts,
         "primary": {"comparison": f"{PRIMARY} - {BASELINE}", "metric": METRIC,
                     **{k: primary.get(k) for k in ("diff", "ci95", "p", "seeds", "complete")},
@@ -306,7 +321,12 @@ def main(argv=None) -> dict:
     run_cache = args.output_dir / "run_cache"
     jobs = job_order(seeds)
     if args.stored_only:
-        stored = {job: study_run(*job, args.quick, run_cache) for job in jobs if _is_stored(job, args.quick, run_cache)}
+        stored = {}
+        for job in jobs:
+            try:
+                stored[job] = study_run(*job, args.quick, run_cache, train=False)
+            except NotStored:
+                pass
     else:
         with ProcessPoolExecutor(args.processes) as pool:
             stored = dict(zip(jobs, pool.map(study_run, *zip(*jobs), [args.quick] * len(jobs),
@@ -326,17 +346,6 @@ def main(argv=None) -> dict:
     print(markdown_table(summary))
     print(summary["answer"])
     return summary
-
-
-def _is_stored(job: tuple[str, int], quick: bool, run_cache: Path) -> bool:
-    """Whether a job's run is in the cache, without training it."""
-    from trl_budget.demo.run_cache import run_key
-
-    label, seed = job
-    warm, settings = study_settings(label, quick)
-    key = {"warm_start": asdict(warm), "rl": asdict(settings), "variant": VARIANTS[label], "seed": seed,
-           **({"prior": PRIOR} if "pass_rate_prior_column" in VARIANTS[label] else {})}
-    return (run_cache / f"study-{label}-{seed}-{run_key(key)}.json").exists()
 
 
 def markdown_table(summary: dict) -> str:
