@@ -112,3 +112,45 @@ def test_group_pools_survive_a_resume(tmp_path, tokenizer):
 def test_prior_settings_that_cannot_work_are_refused_before_the_model_loads(tmp_path, tokenizer, options, message):
     with pytest.raises(ValueError, match=message):
         make_trainer(tmp_path, tokenizer, dataset=prior_dataset(), model="no-such-org/no-such-model", **options)
+
+
+def length_parity(completions, **kwargs):  # needs no column: TRL keeps none but the prompt's
+    return [float(len(completion) % 2) for completion in completions]
+
+
+@pytest.mark.parametrize("keep_through", ["remove_unused_columns", "iterable"])
+def test_the_prior_columns_reach_the_rows_the_trainer_sees(tmp_path, tokenizer, keep_through):
+    # TRL drops every column but the prompt's under remove_unused_columns=True; a streamed dataset is not checked at
+    # construction. Either way the column prior must still be read from the rows.
+    data = prior_dataset()
+    options = dict(pass_rate_prior_column="prior", prompt_group_column="level", max_steps=1,
+                   per_device_train_batch_size=24)  # every prompt in the batch: 4 of the 6 have a prior
+    if keep_through == "remove_unused_columns":
+        options["remove_unused_columns"] = True
+    else:
+        data = data.to_iterable_dataset()
+    trainer = make_trainer(tmp_path, tokenizer, dataset=data, reward_funcs=length_parity, **options)
+    recorder = RowRecorder(trainer)
+    trainer.train()
+    first = recorder.steps[0][0]
+    assert {"prior", "level"} <= set(first.prompts[0])
+    assert np.isfinite(first.pass_rates).sum() == sum(row["prior"] is not None for row in first.prompts) > 0
+
+
+@pytest.mark.parametrize("setting", ["pass_rate_prior_column", "prompt_group_column", "prompt_id_column"])
+def test_a_streamed_dataset_without_a_named_column_stops_at_the_first_batch(tmp_path, tokenizer, setting):
+    streamed = make_dataset().to_iterable_dataset().map(lambda row: row)  # a map hides a stream's columns
+    trainer = make_trainer(tmp_path, tokenizer, dataset=streamed, max_steps=1, **{setting: "levle"})
+    with pytest.raises(KeyError, match=f"{setting}='levle' is not a column of the rows .* or set {setting}=None"):
+        trainer.train()
+
+
+def test_an_empty_group_cell_means_no_group():
+    tracker = knapsack_tracker()
+    tracker.update(["solved"] * 8 + ["named"] * 8, [1] * 8 + [0] * 8, groups=[None] * 8 + ["None"] * 8)
+    tracker.update(["nan"] * 8, [1] * 8, groups=[float("nan")] * 8)
+    assert tracker.state_dict()["groups"] == ["None"]  # the text "None" is a group; an empty cell is not
+    rates, from_prior = tracker.prior_pass_rates(["new", "other", "third"], groups=[None, float("nan"), "None"])
+    # A solved prompt without a group lends nothing to an unrelated unseen one; the group named "None" does lend.
+    assert np.isnan(rates[:2]).all() and rates[2] == 0.0 and from_prior.tolist() == [False, False, True]
+    assert np.isnan(tracker.group_pass_rates([None, float("nan")])).all()

@@ -20,6 +20,11 @@ def is_whole_number(value: Any) -> bool:
     return is_finite_number(value) and int(value) == value
 
 
+def is_missing(value: Any) -> bool:
+    """An empty dataset cell: None, or a float NaN (what pandas and Arrow give for a missing number)."""
+    return value is None or (isinstance(value, (float, np.floating)) and math.isnan(value))
+
+
 def check_whole_number(name: str, value: Any, minimum: int) -> None:
     """A count option: a whole number of at least `minimum`, or a `ValueError` that starts with `name`."""
     if not (is_whole_number(value) and value >= minimum):

@@ -90,7 +90,7 @@ class BudgetGRPOConfig(GRPOConfig):
         prompt_group_column (`str` or `None`, *optional*, defaults to `None`):
             Categorical dataset column (level, source, topic). The tracker pools the evidence of each group's
             prompts; an unseen prompt without a column prior takes its group's pooled rate (once the group has
-            `pass_rate_min_rollouts` of evidence), weighed the same way.
+            `pass_rate_min_rollouts` of evidence), weighed the same way. Empty (None or NaN) cells: no group.
         pass_rate_prior_strength (`float`, *optional*, defaults to `8.0`):
             Pseudo-rollouts the prior counts as, against the prompt's own rollouts while it is unseen.
 

@@ -10,9 +10,9 @@ from typing import Any
 
 import numpy as np
 
-from .checks import is_finite_number, is_whole_number
+from .checks import is_finite_number, is_missing, is_whole_number
 
-__all__ = ["CapabilityTracker", "SettingsMismatch", "prompt_key"]
+__all__ = ["CapabilityTracker", "SettingsMismatch", "group_name", "prompt_key"]
 
 _STATE_VERSION = 3  # 3 adds the prompt groups; a version 2 state (no groups) still loads
 MAX_ROLLOUT_POOL = 64  # the latest outcomes of a prompt are kept as the bits of one unsigned 64-bit integer
@@ -45,6 +45,11 @@ def _content_of(value: Any) -> Any:
     if isinstance(value, np.generic):
         return value.item()
     return str(value)
+
+
+def group_name(group: Any) -> str | None:
+    """A prompt's group as the tracker names it: its text; None (no group) for None or NaN."""
+    return None if is_missing(group) else str(group)
 
 
 def _count_bits(values: np.ndarray) -> np.ndarray:
@@ -151,7 +156,8 @@ class CapabilityTracker:
             keys: the prompt key of each rollout, in the order the rollouts were generated.
             rewards_per_rollout: one reward per rollout, NaN where the rollout could not be scored.
             groups: the group (level, source, topic) of each rollout's prompt, or None: the tracker then also pools
-                each group's evidence, for `prior_pass_rates`.
+                each group's evidence, for `prior_pass_rates`. Groups are named by their text (`str`); a None or NaN
+                entry means the prompt belongs to no group: it lends and borrows no pooled rate.
             lengths: each rollout's completion tokens, or None: a prompt's expected length (`expected_lengths`) is
                 the mean over its latest visit.
 
@@ -245,13 +251,13 @@ class CapabilityTracker:
         """Record the group of each row (`row_keys[i]` is row i's key; `groups` is aligned with `keys`)."""
         if len(groups) != len(keys):
             raise ValueError(f"update needs one group per key: got {len(keys)} keys and {len(groups)} groups.")
-        group_of_key = {str(key): str(group) for key, group in zip(keys, groups)}
+        group_of_key = {str(key): group_name(group) for key, group in zip(keys, groups)}
         self._group[rows] = 1 + self._group_ids([group_of_key[key] for key in row_keys])
 
-    def _group_ids(self, names: Sequence[str], add: bool = True) -> np.ndarray:
-        """The index of each group name (-1 for a name not pooled yet, unless `add`)."""
+    def _group_ids(self, names: Sequence[str | None], add: bool = True) -> np.ndarray:
+        """The index of each group name (-1 for no group, None, and for a name not pooled yet unless `add`)."""
         for name in names:
-            if add and name not in self._group_index:
+            if add and name is not None and name not in self._group_index:
                 self._group_index[name] = len(self._group_index)
         if len(self._group_index) > self._group_wins.size:
             missing = np.zeros(len(self._group_index) - self._group_wins.size)
@@ -268,8 +274,9 @@ class CapabilityTracker:
             np.add.at(self._group_trials, self._group[grouped] - 1, sign * trials)
 
     def group_pass_rates(self, groups: Sequence[Hashable]) -> np.ndarray:
-        """Each group's pooled pass rate (its prompts' current evidence together); NaN below `min_rollouts`."""
-        ids = self._group_ids([str(group) for group in groups], add=False)
+        """Each group's pooled pass rate (its prompts' current evidence together); NaN below `min_rollouts`, and for
+        no group (None or NaN)."""
+        ids = self._group_ids([group_name(group) for group in groups], add=False)
         rates = np.full(len(ids), np.nan)
         known = ids >= 0
         wins, trials = self._group_wins[ids[known]], self._group_trials[ids[known]]

@@ -12,7 +12,6 @@ Tested with TRL 1.16.0: the overrides below rely on internals of that release (`
 
 from __future__ import annotations
 
-import math
 import os
 from typing import Any
 
@@ -29,7 +28,8 @@ from .allocators import Allocator
 from .allocators.token_cap import accepts_prices, allocate_under_token_cap
 from .checkpoint import TRACKER_STATE_NAME, load_tracker_state, write_json_atomically
 from .config import TRACKER_FIELDS, BudgetGRPOConfig
-from .prior import check_prior_columns, prior_inputs
+from .checks import is_missing
+from .prior import BUDGET_COLUMN_SETTINGS, check_prior_columns, column_of_rows, prior_inputs, whole_column
 from .probe import fresh_pass_rates, merge_outputs
 from .rollout_plan import RolloutPlan, balanced_slot_order, checked_allocation, stage_slots
 from .tracker import CapabilityTracker, SettingsMismatch, prompt_key
@@ -142,6 +142,14 @@ class BudgetGRPOTrainer(GRPOTrainer):
         broadcast_object_list(seed, from_process=0)
         self._layout_seed = int(seed[0])
 
+    def _set_signature_columns_if_needed(self):
+        # TRL keeps only the prompt and image columns when remove_unused_columns=True; the columns the budget settings
+        # name are read from every row, so they are kept too (without them every prompt would lose its id or prior).
+        super()._set_signature_columns_if_needed()
+        named = [getattr(self.args, setting) for setting in BUDGET_COLUMN_SETTINGS]
+        self._signature_columns = [*self._signature_columns,
+                                   *(column for column in named if column and column not in self._signature_columns)]
+
     # ----------------------------------------------------------------------------------------------- allocation
 
     def _prompt_identity(self, row: dict[str, Any]) -> Any:
@@ -150,13 +158,8 @@ class BudgetGRPOTrainer(GRPOTrainer):
             images = next((row[name] for name in IMAGE_COLUMNS if row.get(name) is not None), None)
             # Images in their own column are part of the prompt: the same text with another image is another prompt.
             return row["prompt"] if images is None else {"prompt": row["prompt"], "images": images}
-        if column not in row:
-            raise KeyError(
-                f"prompt_id_column={column!r} is not a column of the training dataset (columns: {sorted(row)}). "
-                "Keep the column (set remove_unused_columns=False) or set prompt_id_column=None to hash prompts."
-            )
-        identity = row[column]
-        if _is_missing(identity):
+        (identity,) = column_of_rows([row], "prompt_id_column", column)
+        if is_missing(identity):
             raise _missing_id_error(column, identity, f"for the prompt {row.get('prompt')!r}")
         return identity
 
@@ -552,9 +555,10 @@ def check_prompt_id_column(column: str | None, dataset) -> None:
             "one of them, or set prompt_id_column=None to key prompts by their content."
         )
     if hasattr(dataset, "__len__"):  # a map-style dataset can be checked whole; a streamed one is checked per batch
-        missing = next((i for i, value in enumerate(dataset[column]) if _is_missing(value)), None)
+        values = whole_column(dataset, column)
+        missing = next((i for i, value in enumerate(values) if is_missing(value)), None)
         if missing is not None:
-            raise _missing_id_error(column, dataset[missing][column], f"in row {missing} of the training dataset")
+            raise _missing_id_error(column, values[missing], f"in row {missing} of the training dataset")
 
 
 def check_dataset_fills_a_generation_batch(dataset, prompts_per_batch: int, args: BudgetGRPOConfig) -> None:
@@ -569,10 +573,6 @@ def check_dataset_fills_a_generation_batch(dataset, prompts_per_batch: int, args
             "Add prompts, or lower per_device_train_batch_size, steps_per_generation or generation_batch_size "
             f"(at most {len(dataset) * args.num_generations} rollouts per generation batch with this dataset)."
         )
-
-
-def _is_missing(value: Any) -> bool:
-    return value is None or (isinstance(value, float) and math.isnan(value))
 
 
 def _missing_id_error(column: str, value: Any, where: str) -> ValueError:
