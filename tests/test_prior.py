@@ -154,3 +154,28 @@ def test_an_empty_group_cell_means_no_group():
     # A solved prompt without a group lends nothing to an unrelated unseen one; the group named "None" does lend.
     assert np.isnan(rates[:2]).all() and rates[2] == 0.0 and from_prior.tolist() == [False, False, True]
     assert np.isnan(tracker.group_pass_rates([None, float("nan")])).all()
+
+
+def test_named_columns_are_checked_in_bulk(tmp_path):
+    # Row by row, 400 000 rows took 11 s on the test machine (18 us a row); read as Arrow columns, a fraction of one.
+    # The bound is loose on purpose: it fails only for a check that goes back to reading rows one at a time.
+    import time
+    from types import SimpleNamespace
+
+    from datasets import Dataset
+
+    from trl_budget.prior import check_prior_columns
+    from trl_budget.trainer import check_prompt_id_column
+
+    size = 400_000
+    data = Dataset.from_dict({"prompt": ["1+1="] * size, "id": np.arange(size), "prior": np.full(size, 0.5)})
+    start = time.perf_counter()
+    check_prompt_id_column("id", data)
+    check_prior_columns(SimpleNamespace(pass_rate_prior_column="prior", prompt_group_column=None), data)
+    assert time.perf_counter() - start < 4.0
+    last_bad = Dataset.from_dict({"prompt": ["1+1="] * 3, "prior": [0.5, 0.5, 2.0]})
+    with pytest.raises(ValueError, match="is 2.0 in row 2"):
+        check_prior_columns(SimpleNamespace(pass_rate_prior_column="prior", prompt_group_column=None), last_bad)
+    with pytest.raises(ValueError, match="is 2.0 in row 0"):  # rows counted in the dataset's order, not Arrow's
+        check_prior_columns(SimpleNamespace(pass_rate_prior_column="prior", prompt_group_column=None),
+                            last_bad.select([2, 1, 0]))
