@@ -78,6 +78,15 @@ def saved_state():
         (lambda s: s["wins"].__setitem__(1, True), r"entry 1 of 'wins' \(prompt 'a'\) is True; it must be a whole"),
         (lambda s: s["trials"].__setitem__(1, float("inf")), r"entry 1 of 'trials' .* is inf; it must be a whole"),
         (lambda s: s["keys"].__setitem__(0, 7), r"'keys' must be a list of strings"),
+        # The group column, checked like the others: before, a raw KeyError, a raw IndexError, or a silent load whose
+        # next new prompt inherited the stale extra entry's group.
+        (lambda s: s.pop("group"), r"incomplete: it lacks \['group'\]"),
+        (lambda s: s.__setitem__("group", [0]), r"do not line up: 2 keys and 1 entries of 'group'"),
+        (lambda s: (s["groups"].append("g"), s.__setitem__("group", [0, 0, 1])),
+         r"do not line up: 2 keys and 3 entries of 'group'"),
+        (lambda s: s.update(version=2, keys=5), r"'keys' must be a list of strings"),
+        # Lengths whose products overflow: before, the token cap then reported fits=True with a NaN ratio.
+        (lambda s: s.__setitem__("lengths", [1.7e308, None]), r"entry 0 of 'lengths' \(prompt 'a'\) is 1.7e\+308"),
     ],
 )
 def test_a_poisoned_state_is_refused_naming_the_file_and_the_entry(tmp_path, corrupt, message):

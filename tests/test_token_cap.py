@@ -78,3 +78,10 @@ def test_a_token_cap_needs_an_allocator_that_prices_rollouts(tmp_path, tokenizer
     with pytest.raises(ValueError, match="budget_token_cap=1.2 needs an allocator that prices rollouts"):
         make_trainer(tmp_path, tokenizer, budget_token_cap=1.2, budget_allocator="uniform",
                      model="no-such-org/no-such-model")
+
+
+def test_lengths_whose_tokens_overflow_are_refused_not_reported_as_fitting():
+    # Before: 2 x 1e308 overflowed to inf, every comparison with the limit failed, and the result said fits=True
+    # with a token ratio of NaN: the cap was not enforced.
+    with pytest.raises(ValueError, match="budget_token_cap cannot be enforced: .* overflow"):
+        allocate_under_token_cap(KnapsackAllocator(2, 8), np.array([0.5, 0.5]), 8, 0.5, np.array([1e308, 1e308]), 1.0)

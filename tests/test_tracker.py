@@ -136,6 +136,13 @@ def test_state_from_other_settings_is_refused():
         CapabilityTracker().load_state_dict({"version": 99})
 
 
+def test_a_state_from_a_newer_release_says_to_upgrade():
+    state = {**CapabilityTracker().state_dict(), "version": 4}
+    with pytest.raises(ValueError, match="version 4, which a newer trl_budget wrote; this one reads versions 2 and 3. "
+                                         "Upgrade trl_budget"):
+        CapabilityTracker().load_state_dict(state)
+
+
 def test_state_of_the_first_version_is_refused_with_a_remedy():
     old = {"version": 1, "window": 1, "success_threshold": 1.0, "failure_rate_window": 10,
            "visits": {"a": [[1, 2]]}, "batch_failure_rates": [0.5]}

@@ -376,16 +376,13 @@ class CapabilityTracker:
         Raises:
             ValueError: naming the first setting or entry that this tracker cannot use.
         """
-        if isinstance(state, dict) and state.get("version") == 2:  # written before groups existed: none
-            size = len(state.get("keys") or [])
+        version = state.get("version") if isinstance(state, dict) else None
+        if version == 2:  # written before groups and lengths existed: none
+            keys = state.get("keys")
+            size = len(keys) if isinstance(keys, list) else 0  # a 'keys' that is no list is refused below
             state = {**state, "version": _STATE_VERSION, "groups": [], "group": [0] * size, "lengths": [None] * size}
-        if not isinstance(state, dict) or state.get("version") != _STATE_VERSION:
-            version = state.get("version") if isinstance(state, dict) else None
-            raise ValueError(
-                f"unsupported tracker state version {version!r}; this trl_budget reads version {_STATE_VERSION}. A "
-                "state of version 1 lacks the rollout counts and outcomes that the pass-rate rules now need: resume "
-                "it with the trl_budget release that wrote it, or remove the file to start with unseen pass rates."
-            )
+        elif version != _STATE_VERSION:
+            raise ValueError(_unreadable_version_message(version))
         mine = self.settings()
         theirs = {name: state.get(name) for name in mine}
         if mine != theirs:
@@ -403,6 +400,25 @@ class CapabilityTracker:
         self._length = lengths
         self._group_wins, self._group_trials = np.zeros(len(group_names)), np.zeros(len(group_names))
         self._pool_into_groups(np.arange(len(keys)), +1)
+
+
+_READABLE_VERSIONS = (2, _STATE_VERSION)
+# A prompt's expected completion tokens: no model writes a billion-token completion, and the token cap multiplies
+# lengths by rollout counts, which a length near the float maximum would overflow to infinity.
+MAX_EXPECTED_LENGTH = 1e9
+
+
+def _unreadable_version_message(version: Any) -> str:
+    readable = " and ".join(map(str, _READABLE_VERSIONS))
+    if is_whole_number(version) and version > _STATE_VERSION:
+        return (f"the tracker state has version {version}, which a newer trl_budget wrote; this one reads versions "
+                f"{readable}. Upgrade trl_budget to resume it, or remove the file to start with unseen pass rates.")
+    if version == 1:
+        return (f"the tracker state has version 1; this trl_budget reads versions {readable}. A state of version 1 "
+                "lacks the rollout counts and outcomes that the pass-rate rules now need: resume it with the "
+                "trl_budget release that wrote it, or remove the file to start with unseen pass rates.")
+    return (f"unsupported tracker state version {version!r}; this trl_budget reads versions {readable}. The file "
+            "was not written by trl_budget's tracker, or was edited: remove it to start with unseen pass rates.")
 
 
 _INT32_MAX = int(np.iinfo(np.int32).max)
@@ -479,19 +495,27 @@ def _checked_columns(state: dict[str, Any], visits_kept: int, rollout_pool: int 
 
 def _checked_groups(state: dict[str, Any], keys: list[str]) -> tuple[list[str], np.ndarray]:
     """The group names and each prompt's group column, or a `ValueError` naming what is wrong."""
-    names = state.get("groups")
+    missing = [name for name in ("groups", "group", "lengths") if name not in state]
+    if missing:
+        raise ValueError(f"the saved tracker state is incomplete: it lacks {missing}.")
+    names = state["groups"]
     if not isinstance(names, list) or set(map(type, names)) - {str} or len(set(names)) != len(names):
         raise ValueError("the saved tracker state's 'groups' must be a list of distinct group names (strings).")
-    return names, _checked_integers(state, "group", keys, 1, len(names))
+    group = _checked_integers(state, "group", keys, 1, len(names))
+    if group.size != len(keys):
+        raise ValueError(f"the saved tracker state's columns do not line up: {len(keys)} keys and {group.size} "
+                         "entries of 'group' (one per prompt); every column holds one entry per key.")
+    return names, group
 
 
 def _checked_lengths(state: dict[str, Any], keys: list[str]) -> np.ndarray:
     """Each prompt's mean completion tokens (NaN for null), or a `ValueError` naming the first bad entry."""
-    values = state.get("lengths")
+    values = state["lengths"]
     if not isinstance(values, list) or len(values) != len(keys):
-        raise ValueError(f"the saved tracker state's 'lengths' must be a list of {len(keys)} numbers or nulls.")
+        raise ValueError(f"the saved tracker state's 'lengths' must be a list of {len(keys)} numbers or nulls (one "
+                         "per key).")
     for index, value in enumerate(values):
-        if value is not None and (type(value) not in (int, float) or not 0 <= value < float("inf")):
+        if value is not None and (type(value) not in (int, float) or not 0 <= value <= MAX_EXPECTED_LENGTH):
             raise ValueError(f"entry {index} of 'lengths' (prompt {keys[index]!r}) is {value!r}; it must be a number "
-                             "of tokens, 0 or more, or null.")
+                             f"of tokens from 0 to {MAX_EXPECTED_LENGTH:.0e}, or null.")
     return np.array([np.nan if value is None else float(value) for value in values], dtype=np.float64)

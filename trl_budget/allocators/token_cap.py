@@ -21,6 +21,7 @@ it splits by value; when even lambda -> infinity cannot meet the cap, the cheape
 from __future__ import annotations
 
 import inspect
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -60,6 +61,13 @@ def allocate_under_token_cap(allocator, pass_rates, budget: int, failure_rate, l
     uniform = UniformAllocator(allocator.min_generations, allocator.max_generations).allocate(pass_rates, budget)
     reference = expected_tokens(uniform, lengths)
     limit = cap * reference
+    if not (np.all(lengths >= 0) and math.isfinite(limit) and math.isfinite(expected_tokens(np.full_like(
+            lengths, allocator.max_generations), lengths))):  # else every comparison below is False, or NaN
+        raise ValueError(
+            f"budget_token_cap cannot be enforced: the expected completion lengths (from {lengths.min():.3g} to "
+            f"{lengths.max():.3g} tokens) make the batch's expected tokens overflow or go negative. They come from "
+            "the tracker's 'lengths'; a tracker file edited by hand can hold such values."
+        )
 
     def at(multiplier: float) -> np.ndarray:
         if multiplier == 0.0:
