@@ -112,3 +112,67 @@ def test_a_registered_name_is_not_taken_twice():
     with pytest.raises(ValueError, match="registered already"):
         register_allocator("knapsack")(EveryOtherPrompt)
     np.testing.assert_array_equal(UniformAllocator(1, 8).allocate(np.full(3, np.nan), 9), [3, 3, 3])
+
+
+@pytest.mark.parametrize(
+    "name, rule, message",
+    [
+        ("misspelt_rule", {"windw": 4}, r"has 'windw', which is not a pass-rate setting; the settings are window, "),
+        ("zero_window", {"window": 0}, r"register_allocator\('zero_window', .*window must be a whole number"),
+        ("", None, "needs a non-empty string"),
+        (7, None, "needs a non-empty string as the allocator's name, got 7"),
+    ],
+)
+def test_registration_checks_the_name_and_the_pass_rate_rule(name, rule, message):
+    # Before: accepted, and a config choosing the name then raised a raw KeyError: 'windw'.
+    with pytest.raises(ValueError, match=message):
+        register_allocator(name, rule)(EveryOtherPrompt)
+    assert name not in allocator_names()
+
+
+@pytest.mark.parametrize(
+    "module_text, path, message",
+    [
+        ("raise RuntimeError('no GPU found')\n", "broken_at_import:Thing",
+         r"importing 'broken_at_import' raised RuntimeError: no GPU found\. The module itself is broken"),
+        ("def f(:\n", "broken_syntax:Thing", r"importing 'broken_syntax' raised SyntaxError"),
+        (None, ".relative:Thing", "is a relative module path; give the absolute one"),
+        (None, "os:getcwd", r"budget_allocator='os:getcwd' built '.*' \(a str\), which is not an allocator"),
+        (None, "builtins:print", r"budget_allocator='builtins:print' built None \(a NoneType\), which is not"),
+        (None, "os:no_such_thing", "module 'os' has no attribute 'no_such_thing'"),
+    ],
+)
+def test_a_dotted_path_that_cannot_give_an_allocator_is_refused_by_the_config(tmp_path, monkeypatch, module_text,
+                                                                              path, message):
+    if module_text is not None:
+        (tmp_path / f"{path.split(':')[0]}.py").write_text(module_text)
+        monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ValueError, match=message) as error:
+        BudgetGRPOConfig(str(tmp_path), use_cpu=True, report_to=[], budget_allocator=path)
+    assert str(error.value).startswith(f"budget_allocator={path!r}")
+
+
+def test_a_bad_value_in_the_kwargs_is_blamed_on_the_kwargs(tmp_path):
+    # Before: blamed on knapsack_fallback_confidence, a field the user never set (it still held 0.9).
+    with pytest.raises(ValueError, match=r"^budget_allocator_kwargs\['fallback_confidence'\] must lie in"):
+        BudgetGRPOConfig(str(tmp_path), use_cpu=True, report_to=[],
+                         budget_allocator_kwargs={"fallback_confidence": 2.0})
+
+
+class PricedWithoutBounds:
+    """An allocator that takes prices but keeps no min_generations / max_generations."""
+
+    def __init__(self, **options):
+        pass
+
+    def allocate(self, pass_rates, budget, failure_rate=None, prices=None):
+        return UniformAllocator(1, budget).allocate(pass_rates, budget)
+
+    __call__ = allocate
+
+
+def test_a_token_cap_needs_the_allocators_bounds_at_construction(tmp_path, tokenizer):
+    # Before: construction passed and the first step failed with an AttributeError.
+    with pytest.raises(ValueError, match="budget_token_cap=1.2 compares .* has no min_generations or max_generations"):
+        make_trainer(tmp_path, tokenizer, budget_token_cap=1.2, allocator=PricedWithoutBounds(),
+                     model="no-such-org/no-such-model")

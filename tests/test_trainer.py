@@ -217,6 +217,8 @@ def test_shared_tracker_is_used(tmp_path, tokenizer):
         ({"pass_rate_rollout_pool": -1}, "pass_rate_rollout_pool"),
         ({"advantage_clip": 0.0}, "advantage_clip must be a positive number"),
         ({"success_reward_func": -1}, "not a reward function index"),
+        ({"success_reward_func": True}, r"success_reward_func=True is not a reward function's index or name"),
+        ({"success_reward_func": 1.0}, r"success_reward_func=1.0 is not a reward function's index or name"),
     ],
 )
 def test_bad_config(tmp_path, overrides, message):

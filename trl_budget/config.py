@@ -299,6 +299,12 @@ class BudgetGRPOConfig(GRPOConfig):
             raise ValueError(
                 f"advantage_clip must be a positive number or None (no clipping), got {self.advantage_clip}."
             )
+        if isinstance(self.success_reward_func, bool) or not isinstance(self.success_reward_func, (int, str,
+                                                                                                   type(None))):
+            raise ValueError(
+                f"success_reward_func={self.success_reward_func!r} is not a reward function's index or name; give the "
+                "index (from 0) or the name of one of the trainer's reward_funcs, or None for their weighted sum."
+            )
         if isinstance(self.success_reward_func, int) and self.success_reward_func < 0:
             raise ValueError(
                 f"success_reward_func={self.success_reward_func} is not a reward function index; give the index "
@@ -349,17 +355,31 @@ class BudgetGRPOConfig(GRPOConfig):
     def make_allocator(self):
         """The allocator `budget_allocator` names, built with `allocator_options()`."""
         cls = allocator_class(self.budget_allocator)
-        prefix = f"{self.budget_allocator}_"
         _check_allocator_kwargs(self.budget_allocator, cls, self.budget_allocator_kwargs)
         try:
-            return cls(**self.allocator_options())
+            allocator = cls(**self.allocator_options())
         except ValueError as error:
-            raise ValueError(_name_the_field(str(error), lambda name: _field_for(self, prefix + name, name))) from error
+            raise ValueError(_name_the_field(str(error), self._field_of_option)) from error
         except TypeError as error:  # a constructor that refuses an option in its own way
             raise ValueError(
                 f"budget_allocator={self.budget_allocator!r} could not be built from its options "
                 f"({type(error).__name__}: {error}); check budget_allocator_kwargs={self.budget_allocator_kwargs!r}."
             ) from error
+        if not callable(allocator):  # e.g. a dotted path to a plain function such as "os:getcwd"
+            raise ValueError(
+                f"budget_allocator={self.budget_allocator!r} built {allocator!r} (a {type(allocator).__name__}), "
+                "which is not an allocator: an allocator is called as allocator(pass_rates, budget, failure_rate) "
+                "and returns a count per prompt. Name an allocator class, or a factory that returns one."
+            )
+        return allocator
+
+    def _field_of_option(self, option: str) -> str:
+        """Where an allocator's constructor option came from: the kwargs, an `<allocator>_<option>` field, or a
+        common field (min_generations, ...)."""
+        if option in (self.budget_allocator_kwargs or {}):
+            return f"budget_allocator_kwargs[{option!r}]"
+        prefixed = f"{self.budget_allocator}_{option}"
+        return prefixed if hasattr(self, prefixed) else option
 
     def make_tracker(self) -> CapabilityTracker:
         """The capability tracker with the config's pass-rate rule (by default, the chosen allocator's release rule)."""
@@ -446,10 +466,6 @@ def _check_allocator_kwargs(allocator: str, cls, kwargs: dict[str, Any] | None) 
             f"budget_allocator_kwargs has {unknown[0]!r}, which the {allocator!r} allocator ({cls.__name__}) does not "
             f"take.{hint} Its options are: {', '.join(options)}."
         )
-
-
-def _field_for(config, prefixed: str, plain: str) -> str:
-    return prefixed if hasattr(config, prefixed) else plain
 
 
 def _name_the_field(message: str, field_of) -> str:

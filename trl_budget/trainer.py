@@ -25,7 +25,7 @@ from trl.trainer.utils import get_callable_name, get_config_model_id
 
 from .advantages import grouped_advantages, prompt_loss_weights
 from .allocators import Allocator
-from .allocators.token_cap import accepts_prices, allocate_under_token_cap
+from .allocators.token_cap import allocate_under_token_cap, check_token_cap_allocator
 from .checkpoint import TRACKER_STATE_NAME, load_tracker_state, write_json_atomically
 from .config import TRACKER_FIELDS, BudgetGRPOConfig
 from .checks import is_missing
@@ -128,12 +128,8 @@ class BudgetGRPOTrainer(GRPOTrainer):
             (args.min_generations, args.max_generations),
         )
         check_dataset_fills_a_generation_batch(train_dataset, prompts_per_batch, args)
-        if args.budget_token_cap is not None and not accepts_prices(self.allocator):
-            raise ValueError(
-                f"budget_token_cap={args.budget_token_cap} needs an allocator that prices rollouts "
-                f"(`allocate(..., prices=)`, as knapsack and coba do); {self.allocator!r} does not. Set "
-                "budget_token_cap=None, or choose budget_allocator='knapsack' or 'coba'."
-            )
+        if args.budget_token_cap is not None:
+            check_token_cap_allocator(self.allocator, args.budget_token_cap)
         self._budget_history = {"rollouts_per_prompt": [], "pass_rates": []}
         self.last_rollout_plan: RolloutPlan | None = None  # the latest training batch's allocation, for inspection
         super().__init__(model, reward_funcs, args, *positional, **kwargs)

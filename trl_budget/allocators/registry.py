@@ -35,13 +35,38 @@ def register_allocator(name: str, pass_rate_rule: dict[str, int] | None = None):
             visit) when None.
     """
 
+    if not (isinstance(name, str) and name.strip()):
+        raise ValueError(f"register_allocator needs a non-empty string as the allocator's name, got {name!r}: it is "
+                         "what budget_allocator= names.")
+    rule = _checked_pass_rate_rule(name, pass_rate_rule)
+
     def register(cls: type) -> type:
         if name in _REGISTRY and _REGISTRY[name][0] is not cls:
             raise ValueError(f"an allocator named {name!r} is registered already ({_REGISTRY[name][0].__name__}).")
-        _REGISTRY[name] = (cls, {**PLAIN_PASS_RATE_RULE, **(pass_rate_rule or {})})
+        _REGISTRY[name] = (cls, rule)
         return cls
 
     return register
+
+
+def _checked_pass_rate_rule(name: str, pass_rate_rule: dict[str, int] | None) -> dict[str, int]:
+    """The full rule (the plain rule's settings where it is silent), or a `ValueError` naming what the tracker would
+    refuse: a misspelt setting would otherwise surface as a raw `KeyError` when a config chooses the allocator."""
+    from ..tracker import CapabilityTracker  # plain numpy, like this module
+
+    if pass_rate_rule is not None and not isinstance(pass_rate_rule, dict):
+        raise ValueError(f"register_allocator({name!r}, pass_rate_rule=...) needs a dict or None, got "
+                         f"{type(pass_rate_rule).__name__}.")
+    unknown = sorted(set(pass_rate_rule or {}) - set(PLAIN_PASS_RATE_RULE), key=str)
+    if unknown:
+        raise ValueError(f"register_allocator({name!r}, pass_rate_rule=...) has {unknown[0]!r}, which is not a "
+                         f"pass-rate setting; the settings are {', '.join(PLAIN_PASS_RATE_RULE)}.")
+    rule = {**PLAIN_PASS_RATE_RULE, **(pass_rate_rule or {})}
+    try:
+        CapabilityTracker(**rule)
+    except ValueError as error:
+        raise ValueError(f"register_allocator({name!r}, pass_rate_rule=...): {error}") from error
+    return rule
 
 
 def allocator_names() -> list[str]:
@@ -59,12 +84,27 @@ def allocator_class(name: str) -> type:
             f"budget_allocator={name!r} is unknown: choose one of {', '.join(_REGISTRY)}, or give a dotted path to "
             "your allocator class (`my_package.my_module:MyAllocator`)."
         )
+    if module_name.startswith("."):
+        raise ValueError(f"budget_allocator={name!r} is a relative module path; give the absolute one "
+                         "(`my_package.my_module:MyAllocator`).")
     try:
-        found = getattr(importlib.import_module(module_name), attribute)
-    except (ImportError, AttributeError) as error:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
         raise ValueError(
             f"budget_allocator={name!r} cannot be imported ({type(error).__name__}: {error}); check the dotted path "
             "and that its package is installed."
+        ) from error
+    except Exception as error:  # noqa: BLE001 - the module's own code failed while importing: say whose
+        raise ValueError(
+            f"budget_allocator={name!r}: importing {module_name!r} raised {type(error).__name__}: {error}. The "
+            "module itself is broken; fix it, or choose another allocator."
+        ) from error
+    try:
+        found = getattr(module, attribute)
+    except AttributeError as error:
+        raise ValueError(
+            f"budget_allocator={name!r} cannot be imported: module {module_name!r} has no attribute {attribute!r}; "
+            "check the dotted path."
         ) from error
     if not callable(found):
         raise ValueError(f"budget_allocator={name!r} is {found!r}, not an allocator class or factory.")

@@ -28,7 +28,8 @@ import numpy as np
 
 from .uniform import UniformAllocator
 
-__all__ = ["TokenCappedAllocation", "accepts_prices", "allocate_under_token_cap", "expected_tokens"]
+__all__ = ["TokenCappedAllocation", "accepts_prices", "allocate_under_token_cap", "check_token_cap_allocator",
+           "expected_tokens"]
 
 BISECTION_STEPS = 40
 
@@ -48,6 +49,24 @@ def accepts_prices(allocator) -> bool:
         return allocate is not None and "prices" in inspect.signature(allocate).parameters
     except (TypeError, ValueError):
         return False
+
+
+def check_token_cap_allocator(allocator, cap: float) -> None:
+    """A `ValueError` unless `allocator` has what the cap uses: `allocate(..., prices=)`, and the bounds
+    `min_generations` / `max_generations` that the uniform reference allocation is computed with."""
+    if not accepts_prices(allocator):
+        raise ValueError(
+            f"budget_token_cap={cap} needs an allocator that prices rollouts (`allocate(..., prices=)`, as knapsack "
+            f"and coba do); {allocator!r} does not. Set budget_token_cap=None, or choose budget_allocator='knapsack' "
+            "or 'coba'."
+        )
+    missing = [name for name in ("min_generations", "max_generations") if not hasattr(allocator, name)]
+    if missing:
+        raise ValueError(
+            f"budget_token_cap={cap} compares each allocation with the uniform one within the allocator's bounds, "
+            f"but {allocator!r} has no {' or '.join(missing)} attribute. Give the allocator these attributes (its "
+            "fewest and most rollouts per prompt), or set budget_token_cap=None."
+        )
 
 
 def expected_tokens(counts: np.ndarray, lengths: np.ndarray) -> float:
