@@ -144,3 +144,53 @@ def test_checkpoints_inside_a_generation_batch_are_flagged_at_configuration(tmp_
     with warnings.catch_warnings():
         warnings.filterwarnings("error", message=".*inside generation batches")
         BudgetGRPOConfig(**config_kwargs(tmp_path, steps_per_generation=2, save_strategy="steps", save_steps=4))
+
+
+@pytest.mark.parametrize("left_behind", ["empty", "tracker-only", "temporary-only"])
+def test_resume_true_skips_a_checkpoint_whose_save_was_killed(tmp_path, tokenizer, caplog, left_behind):
+    # A save killed half-way (kill -9 before TRL writes the model, or before the tracker's rename) leaves the newest
+    # folder empty or holding the tracker's file alone. Before: resume_from_checkpoint=True picked it and failed
+    # with "Can't find a valid checkpoint"; the complete checkpoint-2 beside it was never used.
+    trainer_for(tmp_path, tokenizer, max_steps=2, save_strategy="steps", save_steps=2).train()
+    complete = tmp_path / "run" / "checkpoint-2"
+    broken = tmp_path / "run" / "checkpoint-4"
+    broken.mkdir()
+    tracker_file = (complete / TRACKER_STATE_NAME).read_text()
+    if left_behind == "tracker-only":
+        (broken / TRACKER_STATE_NAME).write_text(tracker_file)
+    elif left_behind == "temporary-only":
+        (broken / f"{TRACKER_STATE_NAME}.tmp-4242").write_text(tracker_file[:50])
+    resumed = trainer_for(tmp_path, tokenizer, max_steps=3)
+    with caplog.at_level(logging.WARNING, logger="trl_budget.trainer"):
+        resumed.train(resume_from_checkpoint=True)
+    assert resumed.state.global_step == 3
+    assert f"Skipping {broken}" in caplog.text and f"resumes from {complete}" in caplog.text
+
+
+def test_resume_true_with_only_incomplete_checkpoints_names_them(tmp_path, tokenizer):
+    (tmp_path / "run" / "checkpoint-4").mkdir(parents=True)
+    with pytest.raises(ValueError, match=r"found only checkpoints whose save did not finish .*checkpoint-4"):
+        trainer_for(tmp_path, tokenizer, max_steps=3).train(resume_from_checkpoint=True)
+
+
+def test_a_full_disk_names_the_tracker_file_and_leaves_no_empty_checkpoint(tmp_path, tokenizer, monkeypatch):
+    import errno
+    import os
+
+    trainer = trainer_for(tmp_path, tokenizer, max_steps=2, save_strategy="steps", save_steps=2)
+
+    def full_disk(descriptor):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "fsync", full_disk)  # where a full disk shows itself once the file is flushed
+    with pytest.raises(OSError, match=f"No space left on device while writing .*checkpoint-2/{TRACKER_STATE_NAME}"):
+        trainer.train()
+    assert not (tmp_path / "run" / "checkpoint-2").exists()
+
+
+def test_the_trainer_state_name_is_the_trainers():
+    from transformers.trainer import TRAINER_STATE_NAME
+
+    from trl_budget.checkpoint import TRAINER_STATE_NAME as ours
+
+    assert ours == TRAINER_STATE_NAME

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from typing import Any
 
 from .tracker import CapabilityTracker, SettingsMismatch
 
-__all__ = ["TRACKER_STATE_NAME", "load_tracker_state", "write_json_atomically"]
+__all__ = ["TRACKER_STATE_NAME", "latest_complete_checkpoint", "load_tracker_state", "write_json_atomically"]
 
 TRACKER_STATE_NAME = "budget_tracker_state.json"
+TRAINER_STATE_NAME = "trainer_state.json"  # transformers.trainer.TRAINER_STATE_NAME, without importing transformers
+_CHECKPOINT = re.compile(r"checkpoint-(\d+)")  # the Trainer's folder names (PREFIX_CHECKPOINT_DIR-step)
 
 _REMEDY = (
     "Resume from an earlier checkpoint, restore the file from a copy, or delete it to resume with every prompt unseen "
@@ -32,6 +35,9 @@ def write_json_atomically(path: str | os.PathLike, data: Any) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(temporary, path)
+    except OSError as error:  # a full disk says "No space left on device" and nothing of which file
+        raise OSError(error.errno, f"{error.strerror} while writing {path} (its previous content, if any, is "
+                      "intact)", path) from error
     finally:
         if os.path.exists(temporary):
             os.remove(temporary)
@@ -50,6 +56,40 @@ def _sync_folder(folder: str) -> None:
         pass
     finally:
         os.close(descriptor)
+
+
+def latest_complete_checkpoint(output_dir: str | os.PathLike) -> tuple[str | None, list[str]]:
+    """The newest `checkpoint-N` folder of `output_dir` whose save finished, and the newer ones whose save did not.
+
+    A save finished when the folder holds a readable `trainer_state.json`: the Trainer writes it last, after the
+    model, optimizer and RNG states (and after the tracker's file, which this package writes first). A save killed
+    half-way leaves a folder without it: empty, or holding only the tracker's file or its temporary file.
+    """
+    folders = sorted((int(match.group(1)), name) for name in _listed(output_dir)
+                     if (match := _CHECKPOINT.fullmatch(name)) and os.path.isdir(os.path.join(output_dir, name)))
+    incomplete = []
+    for _, name in reversed(folders):
+        folder = os.path.join(output_dir, name)
+        if _readable_json(os.path.join(folder, TRAINER_STATE_NAME)):
+            return folder, incomplete
+        incomplete.append(folder)
+    return None, incomplete
+
+
+def _listed(folder) -> list[str]:
+    try:
+        return os.listdir(folder)
+    except OSError:
+        return []
+
+
+def _readable_json(path: str) -> bool:
+    try:
+        with open(path, encoding="utf-8") as f:
+            json.load(f)
+    except (OSError, ValueError):
+        return False
+    return True
 
 
 def load_tracker_state(tracker: CapabilityTracker, path: str | os.PathLike) -> None:

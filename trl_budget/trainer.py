@@ -26,7 +26,7 @@ from trl.trainer.utils import get_callable_name, get_config_model_id
 from .advantages import grouped_advantages, prompt_loss_weights
 from .allocators import Allocator
 from .allocators.token_cap import allocate_under_token_cap, check_token_cap_allocator
-from .checkpoint import TRACKER_STATE_NAME, load_tracker_state, write_json_atomically
+from .checkpoint import TRACKER_STATE_NAME, latest_complete_checkpoint, load_tracker_state, write_json_atomically
 from .config import TRACKER_FIELDS, BudgetGRPOConfig
 from .checks import is_missing
 from .prior import BUDGET_COLUMN_SETTINGS, check_prior_columns, column_of_rows, prior_inputs, whole_column
@@ -472,14 +472,44 @@ class BudgetGRPOTrainer(GRPOTrainer):
 
     # ---------------------------------------------------------------------------------------------- checkpoints
 
+    def train(self, resume_from_checkpoint=None, trial=None, **kwargs):
+        # With resume_from_checkpoint=True the Trainer takes the highest-numbered checkpoint folder, even one whose
+        # save was killed half-way (then it fails: "Can't find a valid checkpoint"). This resumes from the newest
+        # complete one instead; an explicit path is used as given.
+        if resume_from_checkpoint is True:
+            resume_from_checkpoint = self._latest_complete_checkpoint()
+        return super().train(resume_from_checkpoint=resume_from_checkpoint, trial=trial, **kwargs)
+
+    def _latest_complete_checkpoint(self) -> str | bool:
+        checkpoint, incomplete = latest_complete_checkpoint(self.args.output_dir)
+        if incomplete and checkpoint is None:
+            raise ValueError(
+                f"resume_from_checkpoint=True found only checkpoints whose save did not finish (no readable "
+                f"trainer_state.json): {', '.join(incomplete)}. Nothing can be resumed from them; remove them to "
+                "start afresh, or pass the path of a complete checkpoint kept elsewhere."
+            )
+        if incomplete:
+            logger.warning(
+                f"Skipping {', '.join(incomplete)}: its save did not finish (no readable trainer_state.json), so the "
+                f"run resumes from {checkpoint}, the newest complete checkpoint. The incomplete folder is left as it "
+                "is; a later save of the same step overwrites it."
+            )
+        return True if checkpoint is None else checkpoint  # none at all: the Trainer's own error
+
     def _save_checkpoint(self, model, trial):
         # The tracker's file goes into the checkpoint folder first, written atomically, so that TRL never pushes the
         # checkpoint or rotates older ones away while this checkpoint lacks it.
         if self.args.should_save:
             folder = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
             checkpoint = os.path.join(self._get_output_dir(trial=trial), folder)
+            created = not os.path.isdir(checkpoint)
             os.makedirs(checkpoint, exist_ok=True)
-            write_json_atomically(os.path.join(checkpoint, TRACKER_STATE_NAME), self.tracker.state_dict())
+            try:
+                write_json_atomically(os.path.join(checkpoint, TRACKER_STATE_NAME), self.tracker.state_dict())
+            except OSError:
+                if created and not os.listdir(checkpoint):  # leave no empty folder that looks like a checkpoint
+                    os.rmdir(checkpoint)
+                raise
         super()._save_checkpoint(model, trial)
 
     def _load_optimizer_and_scheduler(self, checkpoint):
