@@ -93,3 +93,4 @@ def test_histograms_in_wandb_and_tensorboard(logged_run):
         assert histogram.num == prompts_per_step
         assert histogram.sum == pytest.approx(entry["budget/rollouts_mean"] * prompts_per_step)
         assert histogram.min == entry["budget/rollouts_min"] and histogram.max == entry["budget/rollouts_max"]
+

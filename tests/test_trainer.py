@@ -1,4 +1,6 @@
 import json
+import logging
+import time
 
 import numpy as np
 import pytest
@@ -422,3 +424,35 @@ def test_advantage_clip_bounds_the_advantages(tmp_path, tokenizer):
     assert max(abs(a) for a in unclipped._logs["advantages"]) > 0.5  # parity rewards give about +-1
     advantages = np.abs(clipped._logs["advantages"])
     assert advantages.max() == pytest.approx(0.5) and (advantages == 0.5).sum() > 0
+
+
+class SlowUniform:
+    """A custom allocator that takes its time: uniform counts, after a pause."""
+
+    def __init__(self, seconds):
+        self.seconds = seconds
+
+    def __call__(self, pass_rates, budget, failure_rate=None):
+        time.sleep(self.seconds)
+        return np.full(len(pass_rates), budget // len(pass_rates))
+
+
+def test_a_slow_allocator_is_timed_and_warned_about_once(tmp_path, tokenizer, caplog):
+    # Before: a 30 s allocator stalled every step with no log line.
+    trainer = make_trainer(tmp_path, tokenizer, allocator=SlowUniform(0.4), max_steps=2)
+    with caplog.at_level(logging.WARNING, logger="trl_budget.trainer"):
+        trainer.train()
+    logged = [entry["budget/allocation_seconds"] for entry in trainer.state.log_history
+              if "budget/allocation_seconds" in entry]
+    assert len(logged) == 2 and all(seconds >= 0.4 for seconds in logged)
+    assert caplog.text.count("Allocation took") == 1 and "SlowUniform" in caplog.text
+
+
+def test_a_fast_allocator_is_timed_and_not_warned_about(tmp_path, tokenizer, caplog):
+    trainer = make_trainer(tmp_path, tokenizer, max_steps=2)
+    with caplog.at_level(logging.WARNING, logger="trl_budget.trainer"):
+        trainer.train()
+    logged = [entry["budget/allocation_seconds"] for entry in trainer.state.log_history
+              if "budget/allocation_seconds" in entry]
+    assert len(logged) == 2 and all(0 < seconds < 0.4 for seconds in logged)
+    assert "Allocation took" not in caplog.text

@@ -13,6 +13,7 @@ Tested with TRL 1.16.0: the overrides below rely on internals of that release (`
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 import numpy as np
@@ -38,6 +39,7 @@ logger = logging.get_logger(__name__)
 
 IMAGE_COLUMNS = ("images", "image")  # where TRL reads a prompt's images from
 EXTREME_BATCHES_BEFORE_WARNING = 10
+SLOW_ALLOCATION_SHARE = 0.2  # of a generation batch's wall time (gather, allocation, generation, scoring)
 
 
 def reward_func_name(reward_func) -> str:
@@ -115,6 +117,7 @@ class BudgetGRPOTrainer(GRPOTrainer):
         self.tracker = tracker if tracker is not None else args.make_tracker()
         self._success_reward_index = success_reward_index(args.success_reward_func, reward_funcs)
         self._extreme_batches = 0  # consecutive batches whose rollouts were all solved, or all failed
+        self._warned_slow_allocation = False
         prompts_per_batch = args.generation_batch_size // args.num_generations
         if (prompts_per_batch * args.budget_probe_generations) % args.world_size:
             raise ValueError(
@@ -192,8 +195,9 @@ class BudgetGRPOTrainer(GRPOTrainer):
 
     def _allocate(self, keys: list[str], pass_rates: np.ndarray, budget: int, failure_rate, history_rates=None):
         """The main process's allocation, on every process; with `history_rates`, also the allocation they give."""
-        decision = [None, None, None]  # (counts, error, counts from history): a failure stops every rank at once
+        decision = [None, None, None, 0.0]  # (counts, error, counts from history, seconds): a failure stops every rank
         if self.accelerator.is_main_process:
+            started = time.perf_counter()
             bounds = (self.args.min_generations, self.args.max_generations)
             allocator = self.allocator if self.args.budget_token_cap is None else self._token_capped(keys)
             try:
@@ -202,8 +206,10 @@ class BudgetGRPOTrainer(GRPOTrainer):
                     decision[2] = checked_allocation(allocator, history_rates, budget, failure_rate, bounds)
             except Exception as error:  # noqa: BLE001 - re-raised below, on every rank
                 decision[1] = f"{type(error).__name__}: {error}"
+            decision[3] = time.perf_counter() - started
         broadcast_object_list(decision, from_process=0)  # every rank follows the main process's decision
-        counts, error, history_counts = decision
+        counts, error, history_counts, seconds = decision
+        self._allocation_seconds += seconds
         if error is not None:
             raise RuntimeError(f"Rollout allocation failed on the main process, so every process stops: {error}")
         return counts, history_counts
@@ -265,6 +271,7 @@ class BudgetGRPOTrainer(GRPOTrainer):
         # TRL groups rows by a fixed num_generations; this re-lays the rows by allocation, then redoes the grouping.
         if not self.model.training:  # evaluation keeps TRL's uniform num_generations_eval
             return super()._generate_and_score_completions(inputs)
+        started, self._allocation_seconds = time.perf_counter(), 0.0
         prompts, keys = self._gather_prompts(inputs)
         budget, probe = len(inputs) * self.accelerator.num_processes, self.args.budget_probe_generations
         history_rates, from_prior, groups = self._history_rates(prompts, keys)
@@ -347,7 +354,22 @@ class BudgetGRPOTrainer(GRPOTrainer):
         self._warn_if_success_never_varies(batch_failure_rate)
         self._metrics["train"]["budget/completion_tokens"].append(float(output["num_items_in_batch"]))
         self._record_budget_metrics(plan, rewards, advantages, from_prior)
+        self._record_allocation_time(time.perf_counter() - started)
         return output
+
+    def _record_allocation_time(self, batch_seconds: float) -> None:
+        """Log the batch's allocation time; warn once when it takes a large share of generating the batch."""
+        self._metrics["train"]["budget/allocation_seconds"].append(self._allocation_seconds)
+        share = self._allocation_seconds / batch_seconds if batch_seconds > 0 else 0.0
+        if share > SLOW_ALLOCATION_SHARE and not self._warned_slow_allocation and self.accelerator.is_main_process:
+            self._warned_slow_allocation = True
+            logger.warning(
+                f"Allocation took {self._allocation_seconds:.2f} s of this generation batch's {batch_seconds:.2f} s "
+                f"({share:.0%}; warned above {SLOW_ALLOCATION_SHARE:.0%}), while every process waits for the main "
+                f"process's decision. The built-in allocators take milliseconds per batch; a slow custom allocator "
+                f"({self.allocator!r}) is the usual cause. budget/allocation_seconds logs every batch's time; this "
+                "warning is not repeated."
+            )
 
     def _history_rates(self, prompts, keys):
         """Pass rates from the tracker, with the prior for unseen prompts when one is set; which used it; groups."""
