@@ -148,7 +148,8 @@ def main(argv=None) -> dict:
     (args.output_dir / "runs").mkdir(parents=True, exist_ok=True)
     (args.output_dir / "runs" / f"{name}_runs.json").write_text(json.dumps(runs))
     plot_report(runs, args.output_dir / f"{name}.png",
-                title=f"Allocators at equal rollout budget, built-in arithmetic, {args.regime} regime ({seeds} seeds)")
+                title=f"Allocators at equal rollout budget, built-in arithmetic, {args.regime} regime ({seeds} seeds)",
+                eval_samples=settings.eval_samples, temperature=settings.temperature)
     print(format_table(summary))
     print(markdown_table(summary))
     print(f"wrote {args.output_dir / f'{name}.json'} and {args.output_dir / f'{name}.png'}")

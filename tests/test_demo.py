@@ -209,3 +209,53 @@ def test_the_demo_and_the_study_start_where_the_readme_and_the_study_say():
         ROOT / "README.md").read_text()
     study = json.loads((ROOT / "benchmarks" / "results" / "compare_allocators.json").read_text())
     assert study["start_accuracy"] == pytest.approx(accuracy["accuracy"])
+
+
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        (["--seed", "-5"], "argument --seed: must be an integer from 0 to 4294967295, got -5"),
+        (["--seed", "99999999999999999999"], "argument --seed: must be an integer from 0 to 4294967295"),
+        (["--probe", "-1"], r"argument --probe: must be an integer from 0 \(no probe\) to 2"),
+        (["--probe", "100"], r"argument --probe: must be an integer from 0 \(no probe\) to 2 .*got 100"),
+        (["--output-dir", "{file}"], "argument --output-dir: .*a-file is a file, not a folder"),
+        (["--output-dir", "{file}/below"], "argument --output-dir: cannot write into .*a-file/below"),
+        (["--cache-dir", "{file}/below"], "argument --cache-dir: cannot write into .*a-file/below"),
+    ],
+)
+def test_demo_arguments_that_cannot_work_stop_before_any_work(tmp_path, capsys, arguments, message):
+    # Before: numpy's message or a traceback after loading, a raw OSError, or (for the cache) a failure only after the
+    # warm start had trained, losing it.
+    import re
+
+    (tmp_path / "a-file").write_text("")
+    arguments = [argument.format(file=tmp_path / "a-file") for argument in arguments]
+    if "--output-dir" not in arguments:
+        arguments += ["--output-dir", str(tmp_path / "out")]
+    with pytest.raises(SystemExit) as stopped:
+        main(["demo", "--warm-start-steps", "40", *arguments])
+    error = capsys.readouterr().err.strip().splitlines()
+    assert stopped.value.code == 2 and error[-1].startswith("trl-budget demo: error: ")
+    assert re.search(message, error[-1]), error[-1]
+    assert not (tmp_path / "out" / "run-uniform").exists()
+
+
+def test_the_report_names_the_decoding_its_accuracy_was_measured_with(tmp_path, monkeypatch):
+    import matplotlib.figure
+
+    from trl_budget.demo.report import plot_report
+
+    labels = []
+    save = matplotlib.figure.Figure.savefig
+
+    def recording(figure, *args, **kwargs):
+        labels.append(figure.axes[0].get_ylabel())
+        return save(figure, *args, **kwargs)
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", recording)
+    run = {"allocator": "uniform", "effective_ratio": [0.5, 0.6], "histograms": {"8": [8, 8]},
+           "curve": [{"rollouts": 0, "accuracy": 0.4, "train_accuracy": 0.4},
+                     {"rollouts": 64, "accuracy": 0.5, "train_accuracy": 0.5}]}
+    plot_report([run], tmp_path / "greedy.png", eval_samples=0)
+    plot_report([run], tmp_path / "sampled.png", eval_samples=4, temperature=1.0)
+    assert labels == ["greedy exact-match accuracy", "exact-match accuracy (4 samples, T=1)"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 from pathlib import Path
 
 # Only light imports here, so that `trl-budget --help` answers at once; the demo's runs load torch and TRL when run.
@@ -30,11 +31,43 @@ def study_answer() -> str:
     return json.loads(STUDY_ANSWER.read_text())["answer"]
 
 
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+MAX_SEED = 2**32 - 1  # numpy's legacy seeding, which transformers' set_seed calls, takes nothing larger
+
+
+def _whole_number(text: str, low: int, high: int | None, rule: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be {rule}, got {text!r}") from None
+    if value < low or (high is not None and value > high):
+        raise argparse.ArgumentTypeError(f"must be {rule}, got {text}")
     return value
+
+
+def _positive(text: str) -> int:
+    return _whole_number(text, 1, None, "a positive integer")
+
+
+def _seed(text: str) -> int:
+    return _whole_number(text, 0, MAX_SEED, f"an integer from 0 to {MAX_SEED}")
+
+
+def _probe(text: str) -> int:
+    most = RLSettings.study().min_generations  # the probe's rollouts are part of every prompt's count
+    return _whole_number(text, 0, most, f"an integer from 0 (no probe) to {most} (the demo's min_generations)")
+
+
+def _usable_folder(parser: argparse.ArgumentParser, option: str, folder: Path) -> None:
+    """Stop with a one-line usage error, before any work, unless `folder` exists or can be made, and takes files."""
+    if folder.exists() and not folder.is_dir():
+        parser.error(f"argument {option}: {folder} is a file, not a folder; name a folder")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as error:
+        parser.error(f"argument {option}: cannot write into {folder} ({error.strerror or error}); name a folder "
+                     "you can write to")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -48,11 +81,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("--allocator", choices=[name for name in allocator_names() if name != "uniform"],
                       default=DEMO_ALLOCATOR, help=f"allocator to compare with uniform GRPO (default: {DEMO_ALLOCATOR})")
-    demo.add_argument("--probe", type=int, default=DEMO_PROBE,
+    demo.add_argument("--probe", type=_probe, default=DEMO_PROBE,
                       help=f"rollouts of every prompt in a probe stage before allocating (default: {DEMO_PROBE}; 0: none)")
     demo.add_argument("--steps", type=_positive, default=RLSettings.study().steps,
                       help=f"optimizer updates per run, 8 per generation batch (default: {RLSettings.study().steps})")
-    demo.add_argument("--seed", type=int, default=0, help="training seed (default: 0)")
+    demo.add_argument("--seed", type=_seed, default=0, help=f"training seed, 0 to {MAX_SEED} (default: 0)")
     demo.add_argument("--output-dir", type=Path, default=Path("trl_budget_demo"),
                       help="where the report, figures and run files go (default: ./trl_budget_demo)")
     demo.add_argument("--cache-dir", type=Path, default=None,
@@ -61,6 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help=f"supervised steps of the warm start (default: {WarmStartSettings.steps})")
     demo.add_argument("--rebuild-cache", action="store_true", help="redo the warm start even if it is cached")
     demo.add_argument("--no-baseline", action="store_true", help="skip the uniform GRPO baseline run")
+    demo.set_defaults(subparser=demo)  # whose usage line a usage error prints
     return parser
 
 
@@ -87,7 +121,8 @@ def run_demo(options: argparse.Namespace) -> dict:
     results_path = output_dir / "demo_results.json"
     results_path.write_text(json.dumps({"summary": summary, "runs": runs}, indent=2))
     report_path = plot_report(runs, output_dir / "demo_report.png",
-                              title=f"trl-budget demo: {label} against uniform GRPO at the same rollout budget")
+                              title=f"trl-budget demo: {label} against uniform GRPO at the same rollout budget",
+                              eval_samples=settings.eval_samples, temperature=settings.temperature)
     print()
     print(format_table(summary))
     print()
@@ -98,9 +133,23 @@ def run_demo(options: argparse.Namespace) -> dict:
     return summary
 
 
+def check_demo_folders(parser: argparse.ArgumentParser, options: argparse.Namespace) -> None:
+    """The output folder, and the cache folder where a warm start will be trained, before anything is trained:
+    a folder found unwritable after the warm start has trained would lose it."""
+    from .demo.run import SHIPPED_RECORD, SHIPPED_WARM_START, default_cache_dir
+
+    _usable_folder(parser, "--output-dir", options.output_dir)
+    trains_a_warm_start = (options.rebuild_cache or options.warm_start_steps != WarmStartSettings.steps
+                           or not (SHIPPED_WARM_START / SHIPPED_RECORD).exists())
+    if options.cache_dir is not None or trains_a_warm_start:
+        _usable_folder(parser, "--cache-dir", options.cache_dir or default_cache_dir())
+
+
 def main(argv: list[str] | None = None) -> int:
-    options = build_parser().parse_args(argv)
+    parser = build_parser()
+    options = parser.parse_args(argv)
     if options.command == "demo":
+        check_demo_folders(options.subparser, options)
         try:
             import matplotlib  # noqa: F401
         except ImportError:

@@ -114,8 +114,19 @@ def format_table(summary: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
-def plot_report(runs: list[dict], path: Path, title: str = "trl_budget") -> Path:
-    """PNG: held-out accuracy against rollouts, effective ratio over training, rollouts-per-prompt histograms."""
+def accuracy_label(eval_samples: int, temperature: float) -> str:
+    """What the accuracy curves measure (`RLSettings.eval_samples`): greedy answers, or the mean of sampled ones."""
+    if eval_samples == 0:
+        return "greedy exact-match accuracy"
+    return f"exact-match accuracy ({eval_samples} samples, T={temperature:g})"
+
+
+def plot_report(runs: list[dict], path: Path, title: str = "trl_budget", eval_samples: int = 0,
+                temperature: float = 1.0) -> Path:
+    """PNG: held-out accuracy against rollouts, effective ratio over training, rollouts-per-prompt histograms.
+
+    `eval_samples` and `temperature` are the runs' evaluation settings (0: greedy decoding), named on the axis.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -140,7 +151,7 @@ def plot_report(runs: list[dict], path: Path, title: str = "trl_budget") -> Path
         window = max(1, len(ratio) // 20)
         smooth = np.convolve(ratio, np.ones(window) / window, mode="valid")
         ratio_axis.plot(np.arange(smooth.size) + window, smooth, color=colours[allocator], label=allocator)
-    accuracy_axis.set(xlabel="rollouts spent", ylabel="sampled exact-match accuracy", title="Accuracy")
+    accuracy_axis.set(xlabel="rollouts spent", ylabel=accuracy_label(eval_samples, temperature), title="Accuracy")
     ratio_axis.set(xlabel="generation batch", ylabel="share of rollouts with non-zero advantage",
                    title="Effective gradient ratio")
     budgeted = next((run for run in runs if run["allocator"] != "uniform" and run["histograms"]), runs[0])
