@@ -9,6 +9,7 @@ python benchmarks/startup_time.py           # --help and import times, each in a
 python benchmarks/allocator_speed.py        # allocation time against a heap greedy and a dynamic program
 python benchmarks/step_overhead.py          # step time against GRPOTrainer
 python benchmarks/tracker_scale.py          # tracker memory and checkpoint cost at 10^6 prompts
+python benchmarks/column_checks.py          # construction-time column checks at 2 million rows
 python benchmarks/beyond_options.py         # the options beyond both papers, each against the run without it
 python benchmarks/token_cap_speed.py        # allocation time under a token cap
 OMP_NUM_THREADS=1 python benchmarks/study_pilot.py --seeds 4   # the second study's regime, on uniform alone

@@ -30,7 +30,8 @@ from .allocators.token_cap import allocate_under_token_cap, check_token_cap_allo
 from .checkpoint import TRACKER_STATE_NAME, latest_complete_checkpoint, load_tracker_state, write_json_atomically
 from .config import TRACKER_FIELDS, BudgetGRPOConfig
 from .checks import is_missing
-from .prior import BUDGET_COLUMN_SETTINGS, check_prior_columns, column_of_rows, prior_inputs, whole_column
+from .prior import (BUDGET_COLUMN_SETTINGS, arrow_missing, check_prior_columns, column_of_rows, first_row_where,
+                    prior_inputs)
 from .probe import fresh_pass_rates, merge_outputs
 from .rollout_plan import RolloutPlan, balanced_slot_order, checked_allocation, stage_slots
 from .tracker import CapabilityTracker, SettingsMismatch, prompt_key
@@ -603,10 +604,9 @@ def check_prompt_id_column(column: str | None, dataset) -> None:
             "one of them, or set prompt_id_column=None to key prompts by their content."
         )
     if hasattr(dataset, "__len__"):  # a map-style dataset can be checked whole; a streamed one is checked per batch
-        values = whole_column(dataset, column)
-        missing = next((i for i, value in enumerate(values) if is_missing(value)), None)
+        missing = first_row_where(dataset, column, is_missing, arrow_missing)
         if missing is not None:
-            raise _missing_id_error(column, values[missing], f"in row {missing} of the training dataset")
+            raise _missing_id_error(column, dataset[missing][column], f"in row {missing} of the training dataset")
 
 
 def check_dataset_fills_a_generation_batch(dataset, prompts_per_batch: int, args: BudgetGRPOConfig) -> None:
