@@ -2,6 +2,7 @@
 
     multiprocess_run.py OUTPUT_DIR ALLOCATOR          # a normal run
     multiprocess_run.py OUTPUT_DIR knapsack-probe     # with a probe stage of 2 rollouts per prompt
+    multiprocess_run.py OUTPUT_DIR uniform-rounds     # rounds until mixed: 2 rollouts a round (also knapsack-, coba-)
     multiprocess_run.py OUTPUT_DIR failing-allocator  # the allocator raises at the second step
     multiprocess_run.py OUTPUT_DIR failing-reward     # the reward function raises on rank 1 only, at the second step
     multiprocess_run.py OUTPUT_DIR knapsack-rank-seed # each rank is given its own `seed` (its rank)
@@ -30,9 +31,9 @@ class RecordingTrainer(BudgetGRPOTrainer):
         output = super()._generate_and_score_completions(inputs)
         plan = self.last_rollout_plan
         rank = self.accelerator.process_index
-        slots = np.concatenate([stage.reshape(self.accelerator.num_processes, -1)[rank]  # this rank's rows
-                                for stage in np.split(plan.slot_order, [plan.probe_generations * len(plan.keys)])
-                                if stage.size])
+        rounds = np.split(plan.slot_order, np.cumsum(plan.round_rows)[:-1])
+        slots = np.concatenate([slots.reshape(self.accelerator.num_processes, -1)[rank]  # this rank's rows
+                                for slots in rounds])
         self.seen.append({
             "local_rows": len(inputs),
             "keys": plan.keys,
@@ -41,6 +42,7 @@ class RecordingTrainer(BudgetGRPOTrainer):
             "my_slots": slots.tolist(),
             "all_rewards": list(self._logs["rewards"]["parity_reward"])[-len(plan.slot_order):],  # in row order
             "my_advantages": output["advantages"].tolist(),
+            "round_rows": list(plan.round_rows),
         })
         return output
 
@@ -68,7 +70,7 @@ def parity_reward_failing_on_rank_1(completions, answer, trainer_state, **kwargs
 def main(output_dir: str, mode: str):
     tokenizer = build_char_tokenizer(ALPHABET)
     failing = mode in ("failing-allocator", "failing-reward")
-    allocator = "knapsack" if failing else mode.split("-")[0]  # knapsack-probe, coba, knapsack-rank-seed, ...
+    allocator = "knapsack" if failing else mode.split("-")[0]  # knapsack-probe, coba, uniform-rounds, ...
     beyond = {}
     if mode.endswith("-beyond"):
         levels = ["easy", "hard", "easy"]
@@ -82,6 +84,7 @@ def main(output_dir: str, mode: str):
         allocator=FailingAllocator() if mode == "failing-allocator" else None,
         reward_funcs=parity_reward_failing_on_rank_1 if mode == "failing-reward" else parity_reward,
         budget_probe_generations=2 if mode.endswith("-probe") else 0,
+        budget_round_generations=2 if mode.endswith("-rounds") else 0,
         seed=int(os.environ["RANK"]) if mode.endswith("-rank-seed") else 0, **beyond,
     )
     rank = trainer.accelerator.process_index

@@ -6,8 +6,9 @@ import torch
 from helpers import make_trainer
 
 from trl_budget import BudgetGRPOConfig
-from trl_budget.probe import fresh_pass_rates, merge_outputs
+from trl_budget.probe import fresh_pass_rates
 from trl_budget.rollout_plan import stage_slots
+from trl_budget.rounds import merge_outputs
 
 
 def test_fresh_pass_rates_weigh_history_below_the_probe():
@@ -37,14 +38,14 @@ def test_merge_outputs_pads_prompts_left_and_completions_right():
     second = {"prompt_ids": torch.tensor([[4, 5, 6]]), "prompt_mask": torch.tensor([[1, 1, 1]]),
               "completion_ids": torch.tensor([[7]]), "completion_mask": torch.tensor([[1]]),
               "advantages": torch.tensor([-0.5]), "num_items_in_batch": torch.tensor(1)}
-    merged = merge_outputs(first, second, pad_token_id=0)
+    merged = merge_outputs([first, second], pad_token_id=0)
     assert merged["prompt_ids"].tolist() == [[0, 5, 6], [4, 5, 6]]
     assert merged["prompt_mask"].tolist() == [[0, 1, 1], [1, 1, 1]]
     assert merged["completion_ids"].tolist() == [[7, 8, 9], [7, 0, 0]]
     assert merged["completion_mask"].tolist() == [[1, 1, 1], [1, 0, 0]]
     assert merged["advantages"].tolist() == [0.5, -0.5] and merged["num_items_in_batch"].item() == 4
     with pytest.raises(RuntimeError, match="cannot merge the generation output 'pixel_values'"):
-        merge_outputs({**first, "pixel_values": torch.zeros(1)}, {**second, "pixel_values": torch.zeros(1)}, 0)
+        merge_outputs([{**first, "pixel_values": torch.zeros(1)}, {**second, "pixel_values": torch.zeros(1)}], 0)
 
 
 class RowRecorder:

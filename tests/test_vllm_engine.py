@@ -212,6 +212,26 @@ def test_server_mode_probe_sends_two_requests_and_merges_both_stages(tmp_path, c
         assert output["completion_ids"].shape[0] == 8  # both stages' rows reach the loss
 
 
+def test_server_mode_rounds_send_one_request_a_round_and_credit_every_row(tmp_path, copy_model, vllm_server,
+                                                                           cpu_weight_sync, requests_sent):
+    rows = Rows()
+    trainer = server_trainer(tmp_path, copy_model, vllm_server, rows, prompts=4, max_steps=4,
+                             per_device_train_batch_size=16, budget_round_generations=2)
+    trainer.train()
+    plans = PlanRecorder.plans
+    assert len(plans) == 4 and any(len(plan.round_counts) > 1 for plan, _ in plans)  # some batches took rounds
+    assert requests_sent == [(rows_of_round, 1) for plan, _ in plans for rows_of_round in plan.round_rows]
+    merged, batches = Rows(), iter(rows.batches)  # each batch's rounds, one scored batch each, as one batch
+    for plan, output in plans:
+        rounds = [next(batches) for _ in plan.round_counts]
+        for counts, scored in zip(plan.round_counts, rounds):  # each round generated its own counts
+            assert Counter(prompt for prompt, _ in scored) == {row["prompt"]: int(count) for row, count
+                                                               in zip(plan.prompts, counts) if count}
+        merged.batches.append([row for scored in rounds for row in scored])
+        assert output["completion_ids"].shape[0] == 16  # every round's rows reach the loss
+    assert_rows_follow_the_plan(merged, plans, trainer.processing_class)
+
+
 def test_uniform_through_the_engine_lays_out_rows_as_grpo_trainer_does(tmp_path, copy_model, vllm_server,
                                                                       cpu_weight_sync, requests_sent):
     ours, theirs = Rows(), Rows()

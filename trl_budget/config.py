@@ -13,7 +13,7 @@ from typing import Any
 from trl import GRPOConfig
 
 from .allocators import allocator_class, release_pass_rate_rule
-from .checks import check_finite, check_whole_number
+from .checks import check_finite, check_whole_number, is_whole_number
 from .tracker import CapabilityTracker
 
 # TRL 1.16's losses, each positively homogeneous in the advantage (checked against TRL's own loss in the tests).
@@ -130,6 +130,21 @@ class BudgetGRPOConfig(GRPOConfig):
         budget_probe_prior_strength (`float`, *optional*, defaults to `0.0`):
             Pseudo-rollouts at the batch's probe pass rate added to every prompt's estimate (empirical Bayes), so that
             a few probe rollouts cannot alone make a prompt look hopeless or solved. 0: none.
+
+        > Parameters of rounds until mixed
+
+        budget_round_generations (`int`, *optional*, defaults to `0`):
+            Generate each batch in rounds: a first round of every prompt, then rounds of this many more rollouts for
+            each prompt whose rollouts so far are all successes or all failures, until every prompt is mixed or has
+            `max_generations`, or the rounds run out; the allocator then spreads the budget left by its value (uniform:
+            evenly), from pass rates that include the batch's rollouts. Every rollout is trained. 0: no rounds.
+        budget_first_round_generations (`int` or `None`, *optional*, defaults to `None`):
+            Rollouts of every prompt in the first round, between `min_generations` and `num_generations`. `None`:
+            `min_generations`.
+        budget_max_rounds (`int` or `None`, *optional*, defaults to `None`):
+            Most rounds of sampling until mixed, the first included (each is one generation request); the allocator's
+            top-up of the budget left is one more. `None`: until every prompt is mixed or capped, or the budget is
+            spent.
 
         > Parameters that control the advantages and the loss
 
@@ -263,6 +278,22 @@ class BudgetGRPOConfig(GRPOConfig):
                   "estimate (empirical Bayes), so that a few probe rollouts cannot alone make a prompt look "
                   "hopeless or solved. 0: none."},
     )
+    budget_round_generations: int = field(
+        default=0,
+        metadata={"help": "Generate each batch in rounds: after a first round, this many more rollouts per round for "
+                  "every prompt whose rollouts are still all successes or all failures, until each is mixed or "
+                  "capped; the allocator spreads the budget left by its value. 0: no rounds."},
+    )
+    budget_first_round_generations: int | None = field(
+        default=None,
+        metadata={"help": "With rounds, rollouts of every prompt in the first round (min_generations to "
+                  "num_generations). None: min_generations."},
+    )
+    budget_max_rounds: int | None = field(
+        default=None,
+        metadata={"help": "With rounds, the most rounds of sampling until mixed, the first included. None: until every "
+                  "prompt is mixed or capped, or the budget is spent."},
+    )
     budget_loss_weighting: str = field(
         default="token",
         metadata={"help": "How a prompt's rollouts weigh in the loss: 'token' (every rollout alike, as TRL and both "
@@ -317,6 +348,7 @@ class BudgetGRPOConfig(GRPOConfig):
                 "Lower it, or raise min_generations."
             )
         check_whole_number("budget_probe_generations", self.budget_probe_generations, 0)
+        self.check_round_settings()
         check_finite("pass_rate_prior_strength", self.pass_rate_prior_strength, 0.0, "above 0")
         if self.budget_token_cap is not None:
             check_finite("budget_token_cap", self.budget_token_cap, 0.0, "above 0 (a multiple of uniform's tokens)")
@@ -326,6 +358,25 @@ class BudgetGRPOConfig(GRPOConfig):
         self.make_allocator()
         self.make_tracker()
         self.warn_if_checkpoints_split_generation_batches()
+
+    def check_round_settings(self) -> None:
+        """Rounds until mixed: whole counts within the bounds, and not together with a probe stage."""
+        check_whole_number("budget_round_generations", self.budget_round_generations, 0)
+        if self.budget_max_rounds is not None:
+            check_whole_number("budget_max_rounds", self.budget_max_rounds, 1)
+        first = self.budget_first_round_generations
+        if first is not None and not (is_whole_number(first) and self.min_generations <= first <= self.num_generations):
+            raise ValueError(
+                f"budget_first_round_generations={first!r} must be a whole number from min_generations="
+                f"{self.min_generations} (every prompt's fewest rollouts) to num_generations={self.num_generations} "
+                "(a first round of more would exceed the batch's budget), or None for min_generations."
+            )
+        if self.budget_round_generations and self.budget_probe_generations:
+            raise ValueError(
+                f"budget_round_generations={self.budget_round_generations} and budget_probe_generations="
+                f"{self.budget_probe_generations} are two ways of generating a batch in rounds; a probe is the "
+                "two-round case. Set one of them to 0."
+            )
 
     def check_loss_weighting(self) -> None:
         if self.budget_loss_weighting not in ("token", "prompt"):

@@ -82,3 +82,9 @@ class RolloutPlan:
     history_rates: np.ndarray | None = None  # pass rates from history alone
     history_counts: np.ndarray | None = None  # with a probe stage, the allocation the history alone gave
     probe_generations: int = 0  # rollouts of each prompt in the probe stage
+    round_counts: tuple[np.ndarray, ...] = ()  # rollouts of each prompt in each round of generation, in order
+
+    @property
+    def round_rows(self) -> list[int]:
+        """Rows of each round, in order (one round: the whole batch)."""
+        return [int(counts.sum()) for counts in self.round_counts]

@@ -28,12 +28,14 @@ from .advantages import grouped_advantages, prompt_loss_weights
 from .allocators import Allocator
 from .allocators.token_cap import allocate_under_token_cap, check_token_cap_allocator
 from .checkpoint import TRACKER_STATE_NAME, latest_complete_checkpoint, load_tracker_state, write_json_atomically
-from .config import TRACKER_FIELDS, BudgetGRPOConfig
 from .checks import is_missing
+from .config import TRACKER_FIELDS, BudgetGRPOConfig
 from .prior import (BUDGET_COLUMN_SETTINGS, arrow_missing, check_prior_columns, column_of_rows, first_row_where,
                     prior_inputs)
-from .probe import fresh_pass_rates, merge_outputs
-from .rollout_plan import RolloutPlan, balanced_slot_order, checked_allocation, stage_slots
+from .probe import fresh_pass_rates
+from .rollout_plan import RolloutPlan, balanced_slot_order, checked_allocation
+from .round_rules import OneShot, ProbeThenAllocate, UntilMixed, top_up
+from .rounds import GeneratedRounds
 from .tracker import CapabilityTracker, SettingsMismatch, prompt_key
 
 logger = logging.get_logger(__name__)
@@ -196,24 +198,34 @@ class BudgetGRPOTrainer(GRPOTrainer):
 
     def _allocate(self, keys: list[str], pass_rates: np.ndarray, budget: int, failure_rate, history_rates=None):
         """The main process's allocation, on every process; with `history_rates`, also the allocation they give."""
-        decision = [None, None, None, 0.0]  # (counts, error, counts from history, seconds): a failure stops every rank
+        bounds = (self.args.min_generations, self.args.max_generations)
+
+        def decide():
+            allocator = self.allocator if self.args.budget_token_cap is None else self._token_capped(keys)
+            counts = checked_allocation(allocator, pass_rates, budget, failure_rate, bounds)
+            if history_rates is None:
+                return counts, None
+            return counts, checked_allocation(allocator, history_rates, budget, failure_rate, bounds)  # for the logs
+
+        return self._on_main_process("Rollout allocation", decide)
+
+    def _on_main_process(self, what: str, decide):
+        """`decide()` run on the main process, timed as allocation time, its result on every process; a failure there
+        stops every process at once with the same error."""
+        decision = [None, None, 0.0]  # (result, error, seconds)
         if self.accelerator.is_main_process:
             started = time.perf_counter()
-            bounds = (self.args.min_generations, self.args.max_generations)
-            allocator = self.allocator if self.args.budget_token_cap is None else self._token_capped(keys)
             try:
-                decision[0] = checked_allocation(allocator, pass_rates, budget, failure_rate, bounds)
-                if history_rates is not None:  # what the probe changed, for the logs
-                    decision[2] = checked_allocation(allocator, history_rates, budget, failure_rate, bounds)
+                decision[0] = decide()
             except Exception as error:  # noqa: BLE001 - re-raised below, on every rank
                 decision[1] = f"{type(error).__name__}: {error}"
-            decision[3] = time.perf_counter() - started
+            decision[2] = time.perf_counter() - started
         broadcast_object_list(decision, from_process=0)  # every rank follows the main process's decision
-        counts, error, history_counts, seconds = decision
+        result, error, seconds = decision
         self._allocation_seconds += seconds
         if error is not None:
-            raise RuntimeError(f"Rollout allocation failed on the main process, so every process stops: {error}")
-        return counts, history_counts
+            raise RuntimeError(f"{what} failed on the main process, so every process stops: {error}")
+        return result
 
     def _generate_stage(self, prompts: list[dict[str, Any]], stage_counts: np.ndarray, seed: int, trl_layout: bool):
         """TRL's generation and scoring of `stage_counts[i]` rollouts of each prompt, dealt over the processes.
@@ -269,83 +281,52 @@ class BudgetGRPOTrainer(GRPOTrainer):
         return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, has_tool_images)
 
     def _generate_and_score_completions(self, inputs):
-        # TRL groups rows by a fixed num_generations; this re-lays the rows by allocation, then redoes the grouping.
+        # TRL generates one group of num_generations per prompt; this generates the batch in rounds, each prompt's
+        # rollouts as its round rule decides, then lays the rows out by prompt and redoes TRL's grouping over them.
         if not self.model.training:  # evaluation keeps TRL's uniform num_generations_eval
             return super()._generate_and_score_completions(inputs)
         started, self._allocation_seconds = time.perf_counter(), 0.0
         prompts, keys = self._gather_prompts(inputs)
-        budget, probe = len(inputs) * self.accelerator.num_processes, self.args.budget_probe_generations
+        budget = len(inputs) * self.accelerator.num_processes
         history_rates, from_prior, groups = self._history_rates(prompts, keys)
         failure_rate = self.tracker.failure_rate
+        rule = self._round_rule(keys, history_rates, budget, failure_rate)
+        rounds = GeneratedRounds(len(prompts), self.accelerator.num_processes, self.accelerator.process_index)
         seed = self._layout_seed * 1_000_003 + self.state.global_step
-        probe_counts = np.full(len(prompts), probe)
-        stages = []  # (output, slot of each row within the stage, gathered rewards, stage counts)
         zero_std_logged = len(self._metrics["train"]["frac_reward_zero_std"])
-        if probe:  # the probe stage: k rollouts of every prompt, scored, then fresh pass rates
-            stages.append((*self._generate_stage(prompts, probe_counts, seed, trl_layout=False), probe_counts))
-            wins, trials = self._successes_per_prompt(stages[0][2], stages[0][1], probe_counts)
-            pass_rates = fresh_pass_rates(*self.tracker.evidence(keys), wins, trials,
-                                          self.args.budget_probe_history_weight, self.args.budget_probe_prior_strength)
-            counts, history_counts = self._allocate(keys, pass_rates, budget, failure_rate, history_rates)
-        else:
-            pass_rates, history_counts = history_rates, None
-            counts, _ = self._allocate(keys, pass_rates, budget, failure_rate)
-        # TRL's own layout (one stage of equal groups, rows in plan order): TRL's grouping and advantages hold as they are.
-        trl_layout = not probe and self.accelerator.num_processes == 1 and (counts == self.num_generations).all()
-        if (counts > probe_counts).any():
-            rest = counts - probe_counts
-            stages.append((*self._generate_stage(prompts, rest, seed + 1, trl_layout), rest))
-
-        # Where each row's rollout sits in the plan (each prompt's slots contiguous, the probe's first), stage by stage
-        # and process by process, as TRL gathered the rewards.
-        offsets = [np.zeros_like(counts), probe_counts][: len(stages)]
-        row_slots = [stage_slots(counts, stage_counts, offset)[order]
-                     for (_, order, _, stage_counts), offset in zip(stages, offsets)]
-        plan = self.last_rollout_plan = RolloutPlan(prompts, keys, pass_rates, failure_rate, counts,
-                                                    np.concatenate(row_slots), history_rates, history_counts, probe)
-        rank, processes = self.accelerator.process_index, self.accelerator.num_processes
-        in_plan_order = processes == 1 and len(stages) == 1  # rows are the plan's slots in order: nothing to permute
-        gathered = torch.cat([gathered for _, _, gathered, _ in stages])
-        # Every rollout's completion tokens, gathered as the rewards were: the tracker's expected lengths.
-        gathered_lengths = torch.cat([self.accelerator.gather(stage_output["completion_mask"].sum(1))
-                                      for stage_output, *_ in stages])
-        if in_plan_order:
-            rewards_per_func, lengths = gathered, gathered_lengths
-        else:
-            slot_order = torch.as_tensor(plan.slot_order, device=gathered.device)
-            rewards_per_func, lengths = torch.empty_like(gathered), torch.empty_like(gathered_lengths)
-            rewards_per_func[slot_order], lengths[slot_order] = gathered, gathered_lengths
+        trl_layout = False
+        while (round_counts := rule.next_round(rounds)) is not None:
+            # TRL's own layout (one round of equal groups on one process): TRL's grouping and advantages hold as they are.
+            trl_layout = (rule.single_round and self.accelerator.num_processes == 1
+                          and (round_counts == self.num_generations).all())
+            self._generate_round(rounds, prompts, round_counts, seed + len(rounds), trl_layout)
+        counts = rounds.counts
+        plan = self.last_rollout_plan = RolloutPlan(prompts, keys, rule.pass_rates, failure_rate, counts,
+                                                    rounds.slot_order(), history_rates, rule.history_counts,
+                                                    self.args.budget_probe_generations, rounds.counts_per_round())
+        rewards_per_func, lengths = rounds.gathered_in_plan_order()
         device = rewards_per_func.device
-        output = stages[0][0]
+        output = rounds.merged_output(getattr(self, "_tokenizer", self.processing_class).pad_token_id)
         if trl_layout:
-            # TRL's advantages and its zero-std share are already these, bit for bit, so they are not computed twice.
-            advantages = output["advantages"]
+            advantages = output["advantages"]  # TRL's, and its zero-std share, bit for bit: not computed twice
         else:
             advantages, is_std_zero = grouped_advantages(
                 rewards_per_func, torch.as_tensor(counts, device=device), self.reward_weights, self.scale_rewards,
                 self.multi_objective_aggregation,
             )
             zero_std = self._metrics["train"]["frac_reward_zero_std"]
-            del zero_std[zero_std_logged:]  # one figure for the batch, not one per stage
+            del zero_std[zero_std_logged:]  # one figure for the batch, not one per round
             zero_std.append(is_std_zero.float().mean().item())
         if self.args.advantage_clip is not None:
             advantages = advantages.clamp(-self.args.advantage_clip, self.args.advantage_clip)
         if self.args.budget_loss_weighting == "prompt":
             advantages = advantages * prompt_loss_weights(torch.as_tensor(counts, device=device), self.num_generations)
-
-        for later, *_ in stages[1:]:
-            output = merge_outputs(output, later, getattr(self, "_tokenizer", self.processing_class).pad_token_id)
-        if in_plan_order:
-            output["advantages"] = advantages
-        else:
-            my_slots = np.concatenate([slots.reshape(processes, -1)[rank] for slots in row_slots])
-            output["advantages"] = advantages[torch.as_tensor(my_slots, device=device)]
+        in_plan_order = rounds.in_plan_order_already
+        output["advantages"] = advantages if in_plan_order else advantages[torch.as_tensor(rounds.my_slots(),
+                                                                                           device=device)]
         if not (trl_layout and self.args.advantage_clip is None):  # TRL logged other advantages than these
-            logged_advantages = self._logs["advantages"]
-            for _ in range(min(advantages.numel(), len(logged_advantages))):
-                logged_advantages.pop()
-            by_row = advantages if in_plan_order else advantages[torch.as_tensor(plan.slot_order, device=device)]
-            logged_advantages.extend(by_row.tolist())
+            self._relog_advantages(advantages if in_plan_order else advantages[torch.as_tensor(plan.slot_order,
+                                                                                                device=device)])
 
         rewards = self._weighted_rewards(rewards_per_func)
         batch_failure_rate = self.tracker.update(np.repeat(keys, counts),
@@ -355,8 +336,80 @@ class BudgetGRPOTrainer(GRPOTrainer):
         self._warn_if_success_never_varies(batch_failure_rate)
         self._metrics["train"]["budget/completion_tokens"].append(float(output["num_items_in_batch"]))
         self._record_budget_metrics(plan, rewards, advantages, from_prior)
+        self._record_round_metrics(rule, rounds)
         self._record_allocation_time(time.perf_counter() - started)
         return output
+
+    def _round_rule(self, keys: list[str], history_rates: np.ndarray, budget: int, failure_rate):
+        """The batch's round rule: rounds until mixed, a probe and then the rest, or one round (both releases)."""
+        args = self.args
+
+        def allocate(pass_rates):
+            return self._allocate(keys, pass_rates, budget, failure_rate)[0]
+
+        def fresh_rates(wins, trials):
+            return fresh_pass_rates(*self.tracker.evidence(keys), wins, trials, args.budget_probe_history_weight,
+                                    args.budget_probe_prior_strength)
+
+        if args.budget_round_generations:
+            def top_up_by_value(pass_rates, counts, spare):
+                return self._on_main_process(
+                    "Rollout allocation",
+                    lambda: top_up(self.allocator, pass_rates, counts, spare, failure_rate, args.max_generations))
+
+            first = args.budget_first_round_generations or args.min_generations
+            return UntilMixed(first, args.budget_round_generations, args.max_generations, budget,
+                              self.accelerator.num_processes, args.budget_max_rounds, fresh_rates, top_up_by_value)
+        if args.budget_probe_generations:
+            return ProbeThenAllocate(args.budget_probe_generations, history_rates,
+                                     lambda rates: self._allocate(keys, rates, budget, failure_rate, history_rates),
+                                     fresh_rates)
+        return OneShot(history_rates, allocate)
+
+    def _generate_round(self, rounds: GeneratedRounds, prompts: list[dict[str, Any]], counts: np.ndarray, seed: int,
+                        trl_layout: bool) -> None:
+        """TRL's generation and scoring of `counts[i]` rollouts of each prompt, dealt over the processes; recorded in
+        `rounds` with the rewards and completion lengths of every process and the in-round successes.
+
+        With `trl_layout` the rows are TRL's own (equal groups of `num_generations`, in order), so TRL's advantages
+        are kept; otherwise TRL groups nothing, and the advantages are computed afterwards over the plan's groups.
+        """
+        order = balanced_slot_order(counts, self.accelerator.num_processes, seed)
+        prompt_of_slot = np.repeat(np.arange(len(prompts)), counts)
+        local = len(order) // self.accelerator.num_processes
+        rank = self.accelerator.process_index
+        mine = [prompts[prompt_of_slot[slot]] for slot in order[rank * local : (rank + 1) * local]]
+        if trl_layout:
+            output = super()._generate_and_score_completions(mine)
+        else:
+            # TRL views a round's rewards as groups of num_generations (`rewards.view(-1, num_generations)`), which
+            # fails when a round's row count is no multiple of it (a probe of 2 rollouts from 3 prompts: 6 rows, 4 per
+            # group). Its groups are discarded anyway, so it groups each row alone while it scores the round.
+            self.num_generations = 1
+            try:
+                output = super()._generate_and_score_completions(mine)
+            finally:
+                self.num_generations = self.args.num_generations
+        gathered = self._gathered_rewards
+        lengths = self.accelerator.gather(output["completion_mask"].sum(1))  # the tracker's expected lengths
+        wins, trials = self._successes_per_prompt(gathered, order, counts)
+        rounds.add(output, order, counts, gathered, lengths, wins, trials)
+
+    def _relog_advantages(self, by_row: torch.Tensor) -> None:
+        """Replace the advantages TRL logged for this batch's rows (for `log_completions`) with the ones trained."""
+        logged_advantages = self._logs["advantages"]
+        for _ in range(min(by_row.numel(), len(logged_advantages))):
+            logged_advantages.pop()
+        logged_advantages.extend(by_row.tolist())
+
+    def _record_round_metrics(self, rule, rounds: GeneratedRounds) -> None:
+        """With rounds until mixed: how many rounds the batch took, and the share of prompts still active after each."""
+        if not isinstance(rule, UntilMixed):
+            return
+        metrics = self._metrics["train"]
+        metrics["budget/rounds"].append(float(len(rounds)))
+        for index, share in enumerate(rule.active_after_round, start=1):
+            metrics[f"budget/active_after_round_{index}"].append(share)
 
     def _record_allocation_time(self, batch_seconds: float) -> None:
         """Log the batch's allocation time; warn once when it takes a large share of generating the batch."""

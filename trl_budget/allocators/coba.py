@@ -98,6 +98,16 @@ class CoBAAllocator(_BoundedAllocator):
             return self._optimise(curve, rates, counts, budget - int(counts.sum()), prices)
         return self._allocate_by_buckets(curve, rates, counts, budget, prices)
 
+    def top_up(self, pass_rates, counts, spare: int, failure_rate: float | None = None) -> np.ndarray:
+        """`counts` plus `spare` more rollouts by the capability-oriented value (the exact greedy from the current
+        counts), for the budget left after rounds until mixed; the bucket heuristic does not apply."""
+        rates = np.asarray(pass_rates, dtype=np.float64)
+        counts = np.array(counts, dtype=np.int64)
+        spare = min(int(spare), int((self.max_generations - counts).sum()))
+        if np.isnan(rates).all():
+            return spread_evenly(int(counts.sum()) + spare, counts, np.full(counts.size, self.max_generations))
+        return self._optimise(self.saturation_curve(rates, failure_rate), rates, counts, spare)
+
     def _optimise(self, curve: "_SaturationCurve", rates: np.ndarray, lower: np.ndarray, spare: int,
                   prices: np.ndarray | None = None) -> np.ndarray:
         return allocate_by_curves(_clipped_pass_rates(rates)[:, None], lower, self.max_generations, curve, spare,

@@ -146,6 +146,22 @@ class KnapsackAllocator(_BoundedAllocator):
         self._raise_evenly(counts, ~mixed, spare - taken)  # the mixed prompts are all at max_generations
         return counts
 
+    def top_up(self, pass_rates, counts, spare: int, failure_rate: float | None = None) -> np.ndarray:
+        """`counts` plus `spare` more rollouts, as `allocate` spends its spare budget: to the mixed prompts by value
+        (the exact greedy from their current counts), then evenly to never-solved and unseen prompts, then to all.
+
+        For the budget left after rounds until mixed; the release's base counts and fallback do not apply (the rounds
+        already gave every prompt its rollouts)."""
+        rates = np.asarray(pass_rates, dtype=np.float64)
+        counts = np.array(counts, dtype=np.int64)
+        mixed = (rates > 0.0) & (rates < 1.0)
+        taken = min(int(spare), int((self.max_generations - counts[mixed]).sum()))
+        counts[mixed] = allocate_by_curves(rates[mixed, None], counts[mixed], self.max_generations, self._gains, taken)
+        spare = int(spare) - taken
+        for receivers in (np.isnan(rates) | (rates == 0.0), np.ones_like(mixed)):
+            spare -= self._raise_evenly(counts, receivers, spare)
+        return counts
+
     def _raise_evenly(self, counts: np.ndarray, members: np.ndarray, amount: int) -> int:
         """Raise `members` in equal increments by up to `amount` in total (bounded); returns how much was placed."""
         if amount <= 0 or not members.any():

@@ -1,0 +1,152 @@
+"""The rounds of one generation batch: what each round generated, and how its rows lie in the batch's plan.
+
+A batch is generated in one or more rounds (one engine request each). Every round generates `counts[i]` rollouts of
+prompt i, dealt over the processes (`balanced_slot_order`), and TRL scores them. `GeneratedRounds` keeps each round's
+output (this process's rows), the order its rows were dealt in, and the rewards and completion lengths gathered from
+every process; from these it lays every row into the plan (each prompt's rollouts contiguous, round after round),
+merges the rounds' outputs into one batch and says which plan slot each of this process's rows holds.
+
+Which counts each round gets is a round rule's decision (`round_rules`): one round for both releases' one-shot
+allocation, a probe and then the rest, or rounds until every prompt is mixed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from .rollout_plan import stage_slots
+
+__all__ = ["GeneratedRounds", "merge_outputs"]
+
+
+@dataclass
+class _Round:
+    output: dict[str, Any]  # TRL's generation output for this process's rows
+    order: np.ndarray  # the round slot of every row, process by process
+    counts: np.ndarray  # rollouts of each prompt in this round
+    rewards: torch.Tensor  # rewards per function of every row, gathered in `order`
+    lengths: torch.Tensor  # completion tokens of every row, gathered in `order`
+
+
+class GeneratedRounds:
+    """The rounds generated so far for one batch of `num_prompts` prompts, and their in-batch evidence."""
+
+    def __init__(self, num_prompts: int, processes: int, rank: int):
+        self.processes, self.rank = processes, rank
+        self.rounds: list[_Round] = []
+        self.counts = np.zeros(num_prompts, dtype=np.int64)  # rollouts of each prompt so far
+        self.wins = np.zeros(num_prompts)  # successes among its scored rollouts so far
+        self.trials = np.zeros(num_prompts)  # its scored rollouts so far
+
+    def __len__(self) -> int:
+        return len(self.rounds)
+
+    @property
+    def num_prompts(self) -> int:
+        return self.counts.size
+
+    def add(self, output: dict[str, Any], order: np.ndarray, counts: np.ndarray, rewards: torch.Tensor,
+            lengths: torch.Tensor, wins: np.ndarray, trials: np.ndarray) -> None:
+        """Record a round: its output, deal order, counts, gathered rewards and lengths, successes and trials."""
+        self.rounds.append(_Round(output, order, np.asarray(counts, dtype=np.int64), rewards, lengths))
+        self.counts = self.counts + counts
+        self.wins, self.trials = self.wins + wins, self.trials + trials
+
+    def counts_per_round(self) -> tuple[np.ndarray, ...]:
+        return tuple(generated.counts for generated in self.rounds)
+
+    def mixed(self) -> np.ndarray:
+        """Prompts whose rollouts so far hold a success and a failure."""
+        return (self.wins > 0) & (self.wins < self.trials)
+
+    # ------------------------------------------------------------------------------------------- the plan's layout
+
+    def row_slots(self) -> list[np.ndarray]:
+        """Per round, the plan slot of each of its rows (process by process): each prompt's slots are contiguous, its
+        rollouts of earlier rounds first."""
+        offsets = np.zeros_like(self.counts)
+        slots = []
+        for generated in self.rounds:
+            slots.append(stage_slots(self.counts, generated.counts, offsets)[generated.order])
+            offsets = offsets + generated.counts
+        return slots
+
+    def slot_order(self) -> np.ndarray:
+        """The plan slot of every row of the batch, round by round and process by process."""
+        return np.concatenate(self.row_slots())
+
+    @property
+    def in_plan_order_already(self) -> bool:
+        """One round on one process: its rows are the plan's slots in order, nothing to permute."""
+        return self.processes == 1 and len(self.rounds) == 1
+
+    def gathered_in_plan_order(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every row's rewards per function and completion tokens, in plan order."""
+        rewards = torch.cat([generated.rewards for generated in self.rounds])
+        lengths = torch.cat([generated.lengths for generated in self.rounds])
+        if self.in_plan_order_already:
+            return rewards, lengths
+        slot_order = torch.as_tensor(self.slot_order(), device=rewards.device)
+        in_order, lengths_in_order = torch.empty_like(rewards), torch.empty_like(lengths)
+        in_order[slot_order], lengths_in_order[slot_order] = rewards, lengths
+        return in_order, lengths_in_order
+
+    def my_slots(self) -> np.ndarray:
+        """The plan slots of this process's rows, in the order of `merged_output`."""
+        return np.concatenate([slots.reshape(self.processes, -1)[self.rank] for slots in self.row_slots()])
+
+    def merged_output(self, pad_token_id: int) -> dict[str, Any]:
+        """This process's rows of every round as one TRL generation output, round after round."""
+        return merge_outputs([generated.output for generated in self.rounds], pad_token_id)
+
+
+# How each tensor of TRL's generation output is padded when rounds are put together.
+_LEFT_PADDED = {"prompt_ids", "prompt_mask"}
+_PER_TOKEN = {"completion_ids", "completion_mask", "old_per_token_logps", "sampling_per_token_logps",
+              "ref_per_token_logps", "importance_sampling_ratio", "tool_mask"}
+_PER_ROW = {"advantages"}
+
+
+def merge_outputs(outputs: list[dict], pad_token_id: int) -> dict:
+    """TRL's generation outputs of several rounds as one batch: the rows of each, in turn.
+
+    Prompts are left-padded and completions right-padded to the longest, as TRL pads them; masks pad with 0.
+    `num_items_in_batch` (loss tokens over all processes) adds up.
+    """
+    first = outputs[0]
+    if len(outputs) == 1:
+        return first
+    if any(set(output) != set(first) for output in outputs):
+        fields = [sorted(output) for output in outputs]
+        raise RuntimeError(f"the rounds returned different fields: {fields}.")
+    merged = {}
+    for name, value in first.items():
+        values = [output[name] for output in outputs]
+        if name == "num_items_in_batch":
+            merged[name] = sum(values[1:], value)
+        elif name in _PER_ROW or (name == "importance_sampling_ratio" and all(v.shape[1] == 1 for v in values)):
+            merged[name] = torch.cat(values)
+        elif name in _LEFT_PADDED or name in _PER_TOKEN:
+            pad = pad_token_id if name in ("prompt_ids", "completion_ids") else 0
+            side = "left" if name in _LEFT_PADDED else "right"
+            width = max(v.shape[1] for v in values)
+            merged[name] = torch.cat([_pad_to(v, width, pad, side) for v in values])
+        else:
+            raise RuntimeError(
+                f"a batch generated in several rounds (a probe stage or budget_round_generations) cannot merge the "
+                f"generation output {name!r} (multimodal inputs are not supported with rounds yet); set "
+                "budget_probe_generations=0 and budget_round_generations=0 for this run."
+            )
+    return merged
+
+
+def _pad_to(tensor: torch.Tensor, width: int, value, side: str) -> torch.Tensor:
+    missing = width - tensor.shape[1]
+    if missing == 0:
+        return tensor
+    padding = tensor.new_full((tensor.shape[0], missing, *tensor.shape[2:]), value)
+    return torch.cat([padding, tensor] if side == "left" else [tensor, padding], dim=1)
