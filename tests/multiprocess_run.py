@@ -3,6 +3,7 @@
     multiprocess_run.py OUTPUT_DIR ALLOCATOR          # a normal run
     multiprocess_run.py OUTPUT_DIR knapsack-probe     # with a probe stage of 2 rollouts per prompt
     multiprocess_run.py OUTPUT_DIR uniform-rounds     # rounds until mixed: 2 rollouts a round (also knapsack-, coba-)
+    multiprocess_run.py OUTPUT_DIR reinforce_ada      # Reinforce-Ada: 4 rollouts a round, 3 rounds, K = 4 trained
     multiprocess_run.py OUTPUT_DIR failing-allocator  # the allocator raises at the second step
     multiprocess_run.py OUTPUT_DIR failing-reward     # the reward function raises on rank 1 only, at the second step
     multiprocess_run.py OUTPUT_DIR knapsack-rank-seed # each rank is given its own `seed` (its rank)
@@ -43,8 +44,36 @@ class RecordingTrainer(BudgetGRPOTrainer):
             "all_rewards": list(self._logs["rewards"]["parity_reward"])[-len(plan.slot_order):],  # in row order
             "my_advantages": output["advantages"].tolist(),
             "round_rows": list(plan.round_rows),
+            "trained_rewards": plan.rewards.tolist(),
+            "prompts": [row["prompt"] for row in plan.prompts],
+            "my_rows": rows_as_text(output, self.processing_class),
         })
         return output
+
+
+def rows_as_text(output, tokenizer) -> list[list[str]]:
+    """Each row of a generation output as [prompt, completion], decoded without padding."""
+    rows = []
+    for prompt, prompt_mask, completion, completion_mask in zip(output["prompt_ids"], output["prompt_mask"],
+                                                                output["completion_ids"], output["completion_mask"]):
+        rows.append([tokenizer.decode(prompt[prompt_mask.bool()], skip_special_tokens=True),
+                     tokenizer.decode(completion[completion_mask.bool()], skip_special_tokens=True)])
+    return rows
+
+
+class ScoredRows:
+    """The parity reward, keeping every (prompt, completion, reward) it scored on this rank."""
+
+    __name__ = "parity_reward"
+
+    def __init__(self):
+        self.scored = []
+
+    def __call__(self, prompts, completions, answer, **kwargs):
+        rewards = parity_reward(completions, answer)
+        self.scored += [[prompt, completion, reward] for prompt, completion, reward in zip(prompts, completions,
+                                                                                              rewards)]
+        return rewards
 
 
 class FailingAllocator:
@@ -78,11 +107,14 @@ def main(output_dir: str, mode: str):
                                   with_indices=True)
         beyond = dict(dataset=data, pass_rate_prior_column="prior", prompt_group_column="level",
                       budget_loss_weighting="prompt", budget_token_cap=1.0)
+    if allocator == "reinforce_ada":
+        beyond = dict(reinforce_ada_samples_per_round=4, reinforce_ada_max_rounds=3)
+    scored = ScoredRows()
     trainer = make_trainer(
         output_dir, tokenizer, trainer_class=RecordingTrainer, per_device_train_batch_size=4, max_steps=9,
         budget_allocator=allocator, save_strategy="steps", save_steps=9,
         allocator=FailingAllocator() if mode == "failing-allocator" else None,
-        reward_funcs=parity_reward_failing_on_rank_1 if mode == "failing-reward" else parity_reward,
+        reward_funcs=parity_reward_failing_on_rank_1 if mode == "failing-reward" else scored,
         budget_probe_generations=2 if mode.endswith("-probe") else 0,
         budget_round_generations=2 if mode.endswith("-rounds") else 0,
         seed=int(os.environ["RANK"]) if mode.endswith("-rank-seed") else 0, **beyond,
@@ -102,6 +134,7 @@ def main(output_dir: str, mode: str):
             "batches": trainer.seen,
             "tracker": trainer.tracker.state_dict(),
             "losses": [entry["loss"] for entry in trainer.state.log_history if "loss" in entry],
+            "scored": scored.scored,
         }
         Path(output_dir, f"rank{rank}.json").write_text(json.dumps(report))
     # Leave without tearing down torch's gloo group. Its worker thread frees a finished collective's tensors a moment

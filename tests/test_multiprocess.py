@@ -85,6 +85,31 @@ def test_two_processes_make_identical_allocations(tmp_path, allocator):
                 assert (held >= counts // 2).all()  # every prompt's rows are spread over both ranks
 
 
+def test_two_processes_train_reinforce_ada_rows_where_they_were_generated_or_not(tmp_path):
+    # The rows each process trains are K of each prompt, chosen from rows generated on either process: every trained
+    # row must be a (prompt, completion) that was generated and scored, with the reward the plan credits it.
+    result = launch(tmp_path, "reinforce_ada")
+    assert result.returncode == 0, result.stderr[-4000:]
+    first, second = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in range(2)]
+    shared = ("keys", "counts", "slot_order", "round_rows", "trained_rewards")
+    assert [{k: b[k] for k in shared} for b in first["batches"]] == [{k: b[k] for k in shared} for b in
+                                                                        second["batches"]]
+    assert first["tracker"] == second["tracker"]
+    scored = {(prompt, completion): reward for rank in (first, second) for prompt, completion, reward in rank["scored"]}
+    for batch_first, batch_second in zip(first["batches"], second["batches"]):
+        assert batch_first["counts"] == [4, 4] and sum(batch_first["round_rows"]) >= 8
+        for rank in (batch_first, batch_second):
+            assert len(rank["my_rows"]) == 4  # every process trains as many rows
+            for (prompt, completion), slot in zip(rank["my_rows"], rank["my_slots"]):
+                assert prompt == rank["prompts"][slot // 4]  # the plan's prompt for that slot (K = 4 per prompt)
+                assert scored[(prompt, completion)] == rank["trained_rewards"][slot]
+        advantages = np.full(8, np.nan)  # both ranks' advantages form one vector in plan order
+        for rank in (batch_first, batch_second):
+            advantages[rank["my_slots"]] = rank["my_advantages"]
+        assert np.isfinite(advantages).all()
+    assert any(len(batch["round_rows"]) > 1 for batch in first["batches"])  # some batches took several rounds
+
+
 def test_an_allocator_failure_stops_every_process(tmp_path):
     # Without the outcome broadcast, rank 1 would wait in the broadcast for 30 minutes while rank 0 waits in its
     # exception handler's collective; the timeout turns that hang into a failure.

@@ -18,12 +18,9 @@ def scripted(outcomes: list[list[int]]):
     """Generate rounds whose rollouts succeed as `outcomes[i]` lists, in order, for prompt i."""
 
     def generate(rounds: GeneratedRounds, counts: np.ndarray) -> None:
-        wins, trials = np.zeros(counts.size), counts.astype(float)
-        for prompt, count in enumerate(counts):
-            start = int(rounds.counts[prompt])
-            wins[prompt] = sum(outcomes[prompt][start : start + count])
-        rows = int(counts.sum())
-        rounds.add({}, np.arange(rows), counts, torch.zeros(rows, 1), torch.zeros(rows), wins, trials)
+        rows = [outcomes[prompt][int(rounds.counts[prompt]) :][:count] for prompt, count in enumerate(counts)]
+        rows = np.concatenate(rows).astype(float)
+        rounds.add({}, np.arange(rows.size), counts, torch.zeros(rows.size, 1), torch.zeros(rows.size), rows)
 
     return generate
 

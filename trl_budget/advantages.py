@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from trl.trainer.utils import nanstd
 
-__all__ = ["grouped_advantages", "prompt_loss_weights"]
+__all__ = ["advantages_from_batch_outcomes", "grouped_advantages", "prompt_loss_weights"]
 
 
 def grouped_advantages(
@@ -75,6 +75,32 @@ def grouped_advantages(
         )
     is_std_zero = torch.isclose(std, torch.zeros_like(std))
     return torch.nan_to_num(advantages, nan=0.0), is_std_zero
+
+
+def advantages_from_batch_outcomes(rewards: torch.Tensor, counts: torch.Tensor, wins: torch.Tensor,
+                                   trials: torch.Tensor, scale: bool, epsilon: float = 1e-6
+                                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Advantages of the trained rows (`counts[i]` of prompt i, consecutive) against a baseline from *all* the
+    prompt's rollouts of the batch: Reinforce-Ada's global statistics (the release's `global_stat_est`).
+
+    The baseline is the mean of the prompt's 0/1 outcomes (`wins` successes among `trials` scored rollouts) and, with
+    `scale`, the advantage is divided by their unbiased standard deviation, clamped at `epsilon`, plus `epsilon`; a
+    prompt with at most one scored rollout gets mean 0 and deviation 1, as the release gives it. NaN rewards
+    (unscored rows) get 0.
+
+    Returns:
+        `(advantages, is_std_zero)`, one value per row; `is_std_zero` where all the prompt's outcomes agree.
+    """
+    wins, trials = wins.to(torch.float64), trials.to(torch.float64)
+    several = trials > 1
+    mean = torch.where(several, wins / trials.clamp(min=1), torch.zeros_like(trials))
+    variance = (wins * (1 - mean) ** 2 + (trials - wins) * mean**2) / (trials - 1).clamp(min=1)
+    std = torch.where(several, variance.sqrt().clamp(min=epsilon), torch.ones_like(trials))
+    advantages = rewards.to(torch.float64) - mean.repeat_interleave(counts)
+    if scale:
+        advantages = advantages / (std.repeat_interleave(counts) + epsilon)
+    is_std_zero = (several & (variance == 0)).repeat_interleave(counts)
+    return torch.nan_to_num(advantages, nan=0.0).to(rewards.dtype), is_std_zero
 
 
 def prompt_loss_weights(counts: torch.Tensor, num_generations: int) -> torch.Tensor:

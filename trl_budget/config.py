@@ -118,6 +118,23 @@ class BudgetGRPOConfig(GRPOConfig):
         coba_exploration_share (`float`, *optional*, defaults to `0.7`):
             Share of the spare budget optimised over exploration prompts under the bucket rule.
 
+        > Parameters of Reinforce-Ada (`budget_allocator="reinforce_ada"`)
+
+        reinforce_ada_choice (`str`, *optional*, defaults to `"balanced"`):
+            Exit rule of a prompt: `"balanced"` (its rollouts hold K/2 successes and K/2 failures, K =
+            `num_generations`) or `"positive_focused"` (one success), as the release's `reinforce_ada_choice`.
+        reinforce_ada_samples_per_round (`int`, *optional*, defaults to `8`):
+            Rollouts of every prompt still active in each round (the release's `round_repeat`); at least
+            `num_generations`.
+        reinforce_ada_max_rounds (`int`, *optional*, defaults to `4`):
+            Most rounds per generation batch (the release's `max_rounds`).
+        reinforce_ada_global_statistics (`bool`, *optional*, defaults to `True`):
+            The advantage baseline (mean and, with `scale_rewards="group"`, deviation) from the outcomes of all the
+            prompt's rollouts of the batch, not only the K trained (the release's `global_stat_est`).
+        reinforce_ada_max_generated (`int` or `None`, *optional*, defaults to `None`):
+            Most rollouts generated per batch (its cost; the trained rollouts stay `generation_batch_size`). `None`:
+            every round of every prompt.
+
         > Parameters of the probe stage
 
         budget_probe_generations (`int`, *optional*, defaults to `0`):
@@ -260,6 +277,26 @@ class BudgetGRPOConfig(GRPOConfig):
     coba_exploration_share: float = field(
         default=0.7,
         metadata={"help": "Share of the spare budget optimised over exploration prompts under the bucket rule."},
+    )
+    reinforce_ada_choice: str = field(
+        default="balanced",
+        metadata={"help": "Reinforce-Ada's exit rule: 'balanced' (K/2 successes and K/2 failures) or "
+                  "'positive_focused' (one success).", "choices": ["balanced", "positive_focused"]},
+    )
+    reinforce_ada_samples_per_round: int = field(
+        default=8, metadata={"help": "Reinforce-Ada: rollouts of every active prompt per round (at least "
+                             "num_generations)."}
+    )
+    reinforce_ada_max_rounds: int = field(default=4, metadata={"help": "Reinforce-Ada: most rounds per batch."})
+    reinforce_ada_global_statistics: bool = field(
+        default=True,
+        metadata={"help": "Reinforce-Ada: the advantage baseline from all the prompt's rollouts of the batch, not "
+                  "only the trained ones."},
+    )
+    reinforce_ada_max_generated: int | None = field(
+        default=None,
+        metadata={"help": "Reinforce-Ada: most rollouts generated per batch (its cost). None: every round of every "
+                  "prompt."},
     )
 
     budget_probe_generations: int = field(

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["RolloutPlan", "balanced_slot_order", "checked_allocation", "stage_slots"]
+__all__ = ["RolloutPlan", "balanced_slot_order", "checked_allocation", "rounded_to_processes", "stage_slots"]
 
 
 def checked_allocation(allocator, pass_rates: np.ndarray, budget: int, failure_rate, bounds: tuple[int, int]):
@@ -53,6 +53,28 @@ def balanced_slot_order(counts: np.ndarray, processes: int, seed: int) -> np.nda
     return np.concatenate([slots[rank::processes] for rank in range(processes)])
 
 
+def rounded_to_processes(wanted: np.ndarray, room: np.ndarray, left: int, processes: int) -> np.ndarray:
+    """A round's `wanted` rollouts per prompt, made a multiple of `processes` so that every process generates as many
+    rows: raised by one rollout for each prompt of the round in turn (then for the others), within each prompt's
+    `room`, when the total stays within `left`; otherwise cut by one from the last prompts of the round."""
+    wanted = np.array(wanted, dtype=np.int64)
+    missing = -int(wanted.sum()) % processes
+    room = np.asarray(room) - wanted
+    if missing and wanted.sum() + missing <= left and room.sum() >= missing:
+        turn = np.concatenate([np.flatnonzero(wanted > 0), np.flatnonzero(wanted == 0)])
+        while missing:
+            for prompt in turn:
+                if missing and room[prompt] > 0:
+                    wanted[prompt], room[prompt], missing = wanted[prompt] + 1, room[prompt] - 1, missing - 1
+        return wanted
+    excess = int(wanted.sum()) % processes
+    while excess:
+        for prompt in np.flatnonzero(wanted > 0)[::-1]:
+            if excess:
+                wanted[prompt], excess = wanted[prompt] - 1, excess - 1
+    return wanted
+
+
 def stage_slots(counts: np.ndarray, stage_counts: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     """Where a stage's slots sit in the batch's plan: prompt by prompt, `stage_counts[i]` slots from `offsets[i]`.
 
@@ -83,6 +105,7 @@ class RolloutPlan:
     history_counts: np.ndarray | None = None  # with a probe stage, the allocation the history alone gave
     probe_generations: int = 0  # rollouts of each prompt in the probe stage
     round_counts: tuple[np.ndarray, ...] = ()  # rollouts of each prompt in each round of generation, in order
+    rewards: np.ndarray | None = None  # the (weighted) reward of every trained row, in plan order
 
     @property
     def round_rows(self) -> list[int]:

@@ -23,6 +23,7 @@ from collections.abc import Callable
 import numpy as np
 
 from .allocators.solver import spread_evenly
+from .rollout_plan import rounded_to_processes
 from .rounds import GeneratedRounds
 
 __all__ = ["OneShot", "ProbeThenAllocate", "UntilMixed", "top_up"]
@@ -92,7 +93,7 @@ class UntilMixed:
     def next_round(self, rounds: GeneratedRounds) -> np.ndarray | None:
         counts = rounds.counts
         if len(rounds) == 0:
-            return self._whole_for_processes(np.full(counts.size, self.first, dtype=np.int64), counts)
+            return self._for_processes(np.full(counts.size, self.first, dtype=np.int64), counts)
         if self._topped_up:
             return None
         active = ~rounds.mixed() & (counts < self.most)
@@ -102,24 +103,15 @@ class UntilMixed:
             wanted = np.where(active, np.minimum(self.per_round, self.most - counts), 0)
             if wanted.sum() > left:  # the last round that fits: the budget left, spread evenly over the wants
                 wanted = spread_evenly(left, np.zeros_like(wanted), wanted)
-            return self._whole_for_processes(wanted, counts)
+            return self._for_processes(wanted, counts)
         self._topped_up = True
         self.pass_rates = self.fresh_rates(rounds.wins, rounds.trials)
         extra = self.top_up(self.pass_rates, counts.copy(), left) - counts if left else np.zeros_like(counts)
         return extra if extra.any() else None
 
-    def _whole_for_processes(self, wanted: np.ndarray, counts: np.ndarray) -> np.ndarray:
-        """`wanted`, raised to a multiple of the number of processes: one more rollout for each prompt of the round in
-        turn (then for the others), below the cap. The budget is a multiple of it, so this always fits."""
-        missing = -int(wanted.sum()) % self.processes
-        wanted = wanted.copy()
-        turn = np.concatenate([np.flatnonzero(wanted > 0), np.flatnonzero(wanted == 0)])
-        while missing:
-            for prompt in turn:
-                if missing and counts[prompt] + wanted[prompt] < self.most:
-                    wanted[prompt] += 1
-                    missing -= 1
-        return wanted
+    def _for_processes(self, wanted: np.ndarray, counts: np.ndarray) -> np.ndarray:
+        # The budget left is a multiple of the processes, and so is the room below the cap: raising always fits.
+        return rounded_to_processes(wanted, self.most - counts, self.budget - int(counts.sum()), self.processes)
 
 
 def top_up(allocator, pass_rates: np.ndarray, counts: np.ndarray, spare: int, failure_rate, most: int) -> np.ndarray:

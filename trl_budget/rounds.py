@@ -20,7 +20,7 @@ import torch
 
 from .rollout_plan import stage_slots
 
-__all__ = ["GeneratedRounds", "merge_outputs"]
+__all__ = ["GeneratedRounds", "TrainedRows", "gather_output", "merge_outputs"]
 
 
 @dataclass
@@ -30,6 +30,7 @@ class _Round:
     counts: np.ndarray  # rollouts of each prompt in this round
     rewards: torch.Tensor  # rewards per function of every row, gathered in `order`
     lengths: torch.Tensor  # completion tokens of every row, gathered in `order`
+    outcomes: np.ndarray  # 1.0 (success), 0.0 (failure) or NaN (unscored) of every row, in `order`
 
 
 class GeneratedRounds:
@@ -50,11 +51,24 @@ class GeneratedRounds:
         return self.counts.size
 
     def add(self, output: dict[str, Any], order: np.ndarray, counts: np.ndarray, rewards: torch.Tensor,
-            lengths: torch.Tensor, wins: np.ndarray, trials: np.ndarray) -> None:
-        """Record a round: its output, deal order, counts, gathered rewards and lengths, successes and trials."""
-        self.rounds.append(_Round(output, order, np.asarray(counts, dtype=np.int64), rewards, lengths))
+            lengths: torch.Tensor, outcomes: np.ndarray) -> None:
+        """Record a round: its output, deal order, counts, and every row's gathered rewards, lengths and outcome."""
+        counts = np.asarray(counts, dtype=np.int64)
+        self.rounds.append(_Round(output, order, counts, rewards, lengths, np.asarray(outcomes, dtype=np.float64)))
+        prompt_of_row = np.repeat(np.arange(counts.size), counts)[order]
+        scored = ~np.isnan(outcomes)
         self.counts = self.counts + counts
-        self.wins, self.trials = self.wins + wins, self.trials + trials
+        self.wins = self.wins + np.bincount(prompt_of_row[scored], outcomes[scored], minlength=counts.size)
+        self.trials = self.trials + np.bincount(prompt_of_row[scored], minlength=counts.size)
+
+    def outcomes_in_plan_order(self) -> np.ndarray:
+        """Every generated row's outcome (1, 0, NaN) at its plan slot: each prompt's rows in the order generated."""
+        outcomes = np.empty(int(self.counts.sum()))
+        outcomes[self.slot_order()] = np.concatenate([generated.outcomes for generated in self.rounds])
+        return outcomes
+
+    def counts_per_round(self) -> tuple[np.ndarray, ...]:
+        return tuple(generated.counts for generated in self.rounds)
 
     def counts_per_round(self) -> tuple[np.ndarray, ...]:
         return tuple(generated.counts for generated in self.rounds)
@@ -97,11 +111,60 @@ class GeneratedRounds:
 
     def my_slots(self) -> np.ndarray:
         """The plan slots of this process's rows, in the order of `merged_output`."""
-        return np.concatenate([slots.reshape(self.processes, -1)[self.rank] for slots in self.row_slots()])
+        return self._slots_of(self.rank)
 
     def merged_output(self, pad_token_id: int) -> dict[str, Any]:
         """This process's rows of every round as one TRL generation output, round after round."""
         return merge_outputs([generated.output for generated in self.rounds], pad_token_id)
+
+    # ------------------------------------------------------------------------------------------- the trained rows
+
+    def all_trained(self, pad_token_id: int) -> "TrainedRows":
+        """Every generated row is trained, where it was generated."""
+        rewards, _ = self.gathered_in_plan_order()
+        return TrainedRows(self.merged_output(pad_token_id), self.counts, rewards, self.slot_order(), self.my_slots(),
+                           self.in_plan_order_already, np.arange(rewards.shape[0]))
+
+    def selected(self, chosen: np.ndarray, counts: np.ndarray, pad_token_id: int, gather) -> "TrainedRows":
+        """Only the generated rows at plan slots `chosen` are trained (`counts[i]` of prompt i, prompt by prompt).
+
+        The trained rows are dealt to the processes in turn, an equal contiguous share each, so that every process
+        trains the same number of rows; rows generated on another process come through `gather` (an all-gather of
+        every field, padded to the widest).
+        """
+        rewards, _ = self.gathered_in_plan_order()
+        share = chosen.size // self.processes
+        mine = chosen[self.rank * share : (self.rank + 1) * share]
+        generated = self.merged_output(pad_token_id)
+        if self.processes > 1:
+            generated = gather_output(generated, gather, pad_token_id)
+        held = np.concatenate([self._slots_of(rank) for rank in range(self.processes)])
+        row_of_slot = np.empty(held.size, dtype=np.int64)
+        row_of_slot[held] = np.arange(held.size)
+        output = _take_rows(generated, row_of_slot[mine])
+        loss_mask = generated["completion_mask"] * generated.get("tool_mask", 1)
+        output["num_items_in_batch"] = loss_mask[torch.as_tensor(row_of_slot[chosen], device=loss_mask.device)].sum()
+        slot_order = np.arange(chosen.size)
+        chosen_rewards = rewards[torch.as_tensor(chosen, device=rewards.device)]
+        return TrainedRows(output, np.asarray(counts, dtype=np.int64), chosen_rewards, slot_order,
+                           slot_order[self.rank * share : (self.rank + 1) * share], self.processes == 1, chosen)
+
+    def _slots_of(self, rank: int) -> np.ndarray:
+        """The plan slots of process `rank`'s rows, in the order of its `merged_output`."""
+        return np.concatenate([slots.reshape(self.processes, -1)[rank] for slots in self.row_slots()])
+
+
+@dataclass
+class TrainedRows:
+    """The rows of a batch that are trained: this process's share, and where every one sits in the plan."""
+
+    output: dict[str, Any]  # TRL's generation output of this process's trained rows
+    counts: np.ndarray  # trained rows of each prompt (the plan's groups)
+    rewards: torch.Tensor  # rewards per function of every trained row, in plan order
+    slot_order: np.ndarray  # the plan slot of every trained row, process by process
+    my_slots: np.ndarray  # the plan slots of this process's rows, in the order of `output`
+    in_plan_order: bool  # this process's rows are the plan's slots in order: nothing to permute
+    generated_slots: np.ndarray  # the generated row (its slot in the generation plan) of every trained slot
 
 
 # How each tensor of TRL's generation output is padded when rounds are put together.
@@ -142,6 +205,29 @@ def merge_outputs(outputs: list[dict], pad_token_id: int) -> dict:
                 "budget_probe_generations=0 and budget_round_generations=0 for this run."
             )
     return merged
+
+
+def gather_output(output: dict, gather, pad_token_id: int) -> dict:
+    """Every process's rows of a generation output, process after process (`gather`: an all-gather along rows),
+    each field padded to the widest any process holds."""
+    gathered = {}
+    for name, value in output.items():
+        if name == "num_items_in_batch":
+            continue
+        if name in _LEFT_PADDED or name in _PER_TOKEN:
+            width = int(gather(torch.tensor([value.shape[1]], device=value.device)).max())
+            pad = pad_token_id if name in ("prompt_ids", "completion_ids") else 0
+            value = _pad_to(value, width, pad, "left" if name in _LEFT_PADDED else "right")
+        elif name not in _PER_ROW:
+            raise RuntimeError(f"rows generated on another process cannot carry the generation output {name!r} "
+                               "(multimodal inputs are not supported with down-sampled rounds yet).")
+        gathered[name] = gather(value)
+    return gathered
+
+
+def _take_rows(output: dict, rows: np.ndarray) -> dict:
+    index = torch.as_tensor(rows)
+    return {name: value[index.to(value.device)] for name, value in output.items() if name != "num_items_in_batch"}
 
 
 def _pad_to(tensor: torch.Tensor, width: int, value, side: str) -> torch.Tensor:

@@ -24,7 +24,7 @@ from transformers.utils import logging
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import get_callable_name, get_config_model_id
 
-from .advantages import grouped_advantages, prompt_loss_weights
+from .advantages import advantages_from_batch_outcomes, grouped_advantages, prompt_loss_weights
 from .allocators import Allocator
 from .allocators.token_cap import allocate_under_token_cap, check_token_cap_allocator
 from .checkpoint import TRACKER_STATE_NAME, latest_complete_checkpoint, load_tracker_state, write_json_atomically
@@ -136,6 +136,8 @@ class BudgetGRPOTrainer(GRPOTrainer):
         check_dataset_fills_a_generation_batch(train_dataset, prompts_per_batch, args)
         if args.budget_token_cap is not None:
             check_token_cap_allocator(self.allocator, args.budget_token_cap)
+        if hasattr(self.allocator, "round_rule"):
+            check_rounds_allocator(self.allocator, args, prompts_per_batch)
         self._budget_history = {"rollouts_per_prompt": [], "pass_rates": []}
         self.last_rollout_plan: RolloutPlan | None = None  # the latest training batch's allocation, for inspection
         super().__init__(model, reward_funcs, args, *positional, **kwargs)
@@ -300,20 +302,19 @@ class BudgetGRPOTrainer(GRPOTrainer):
             trl_layout = (rule.single_round and self.accelerator.num_processes == 1
                           and (round_counts == self.num_generations).all())
             self._generate_round(rounds, prompts, round_counts, seed + len(rounds), trl_layout)
-        counts = rounds.counts
-        plan = self.last_rollout_plan = RolloutPlan(prompts, keys, rule.pass_rates, failure_rate, counts,
-                                                    rounds.slot_order(), history_rates, rule.history_counts,
-                                                    self.args.budget_probe_generations, rounds.counts_per_round())
-        rewards_per_func, lengths = rounds.gathered_in_plan_order()
-        device = rewards_per_func.device
-        output = rounds.merged_output(getattr(self, "_tokenizer", self.processing_class).pad_token_id)
+        pad_token_id = getattr(self, "_tokenizer", self.processing_class).pad_token_id
+        trained = (rounds.all_trained(pad_token_id) if not hasattr(rule, "trained_slots")
+                   else rounds.selected(*rule.trained_slots(rounds), pad_token_id, self.accelerator.gather))
+        rewards = self._weighted_rewards(trained.rewards)
+        plan = self.last_rollout_plan = RolloutPlan(prompts, keys, rule.pass_rates, failure_rate, trained.counts,
+                                                    trained.slot_order, history_rates, rule.history_counts,
+                                                    self.args.budget_probe_generations, rounds.counts_per_round(),
+                                                    rewards.cpu().numpy())
+        counts, output, device = trained.counts, trained.output, trained.rewards.device
         if trl_layout:
             advantages = output["advantages"]  # TRL's, and its zero-std share, bit for bit: not computed twice
         else:
-            advantages, is_std_zero = grouped_advantages(
-                rewards_per_func, torch.as_tensor(counts, device=device), self.reward_weights, self.scale_rewards,
-                self.multi_objective_aggregation,
-            )
+            advantages, is_std_zero = self._advantages(rule, rounds, trained)
             zero_std = self._metrics["train"]["frac_reward_zero_std"]
             del zero_std[zero_std_logged:]  # one figure for the batch, not one per round
             zero_std.append(is_std_zero.float().mean().item())
@@ -321,24 +322,36 @@ class BudgetGRPOTrainer(GRPOTrainer):
             advantages = advantages.clamp(-self.args.advantage_clip, self.args.advantage_clip)
         if self.args.budget_loss_weighting == "prompt":
             advantages = advantages * prompt_loss_weights(torch.as_tensor(counts, device=device), self.num_generations)
-        in_plan_order = rounds.in_plan_order_already
-        output["advantages"] = advantages if in_plan_order else advantages[torch.as_tensor(rounds.my_slots(),
-                                                                                           device=device)]
+        output["advantages"] = advantages if trained.in_plan_order else advantages[torch.as_tensor(trained.my_slots,
+                                                                                                   device=device)]
         if not (trl_layout and self.args.advantage_clip is None):  # TRL logged other advantages than these
-            self._relog_advantages(advantages if in_plan_order else advantages[torch.as_tensor(plan.slot_order,
-                                                                                                device=device)])
+            self._relog_advantages(rounds, trained, advantages)
 
-        rewards = self._weighted_rewards(rewards_per_func)
-        batch_failure_rate = self.tracker.update(np.repeat(keys, counts),
-                                                 self._success_rewards(rewards_per_func, rewards),
-                                                 None if groups is None else np.repeat(groups, counts),
-                                                 lengths.cpu().numpy())
+        # The tracker learns from every rollout generated, trained or not.
+        generated_rewards, lengths = rounds.gathered_in_plan_order()
+        batch_failure_rate = self.tracker.update(
+            np.repeat(keys, rounds.counts),
+            self._success_rewards(generated_rewards, self._weighted_rewards(generated_rewards)),
+            None if groups is None else np.repeat(groups, rounds.counts), lengths.cpu().numpy())
         self._warn_if_success_never_varies(batch_failure_rate)
         self._metrics["train"]["budget/completion_tokens"].append(float(output["num_items_in_batch"]))
         self._record_budget_metrics(plan, rewards, advantages, from_prior)
-        self._record_round_metrics(rule, rounds)
+        self._record_round_metrics(rule, rounds, trained)
         self._record_allocation_time(time.perf_counter() - started)
         return output
+
+    def _advantages(self, rule, rounds: GeneratedRounds, trained) -> tuple[torch.Tensor, torch.Tensor]:
+        """GRPO's advantages over each prompt's trained rows or, under Reinforce-Ada's global statistics, against the
+        outcomes of all its rollouts of the batch."""
+        settings = getattr(rule, "settings", None)
+        if settings is not None and settings.global_statistics:
+            device = trained.rewards.device
+            return advantages_from_batch_outcomes(
+                self._weighted_rewards(trained.rewards), torch.as_tensor(trained.counts, device=device),
+                torch.as_tensor(rounds.wins, device=device), torch.as_tensor(rounds.trials, device=device),
+                scale=self.scale_rewards != "none")
+        return grouped_advantages(trained.rewards, torch.as_tensor(trained.counts, device=trained.rewards.device),
+                                  self.reward_weights, self.scale_rewards, self.multi_objective_aggregation)
 
     def _round_rule(self, keys: list[str], history_rates: np.ndarray, budget: int, failure_rate):
         """The batch's round rule: rounds until mixed, a probe and then the rest, or one round (both releases)."""
@@ -351,6 +364,8 @@ class BudgetGRPOTrainer(GRPOTrainer):
             return fresh_pass_rates(*self.tracker.evidence(keys), wins, trials, args.budget_probe_history_weight,
                                     args.budget_probe_prior_strength)
 
+        if hasattr(self.allocator, "round_rule"):  # a rule of rounds chosen as an allocator: Reinforce-Ada
+            return self.allocator.round_rule(self.accelerator.num_processes)
         if args.budget_round_generations:
             def top_up_by_value(pass_rates, counts, spare):
                 return self._on_main_process(
@@ -392,24 +407,30 @@ class BudgetGRPOTrainer(GRPOTrainer):
                 self.num_generations = self.args.num_generations
         gathered = self._gathered_rewards
         lengths = self.accelerator.gather(output["completion_mask"].sum(1))  # the tracker's expected lengths
-        wins, trials = self._successes_per_prompt(gathered, order, counts)
-        rounds.add(output, order, counts, gathered, lengths, wins, trials)
+        rounds.add(output, order, counts, gathered, lengths, self._outcomes(gathered))
 
-    def _relog_advantages(self, by_row: torch.Tensor) -> None:
-        """Replace the advantages TRL logged for this batch's rows (for `log_completions`) with the ones trained."""
+    def _relog_advantages(self, rounds: GeneratedRounds, trained, advantages: torch.Tensor) -> None:
+        """Replace the advantages TRL logged for this batch's generated rows (for `log_completions`) with the ones
+        trained; a row generated but not trained logs NaN."""
+        by_slot = torch.full((int(rounds.counts.sum()),), float("nan"), device=advantages.device)
+        by_slot[torch.as_tensor(trained.generated_slots, device=advantages.device)] = advantages
+        by_row = by_slot[torch.as_tensor(rounds.slot_order(), device=advantages.device)]
         logged_advantages = self._logs["advantages"]
         for _ in range(min(by_row.numel(), len(logged_advantages))):
             logged_advantages.pop()
         logged_advantages.extend(by_row.tolist())
 
-    def _record_round_metrics(self, rule, rounds: GeneratedRounds) -> None:
-        """With rounds until mixed: how many rounds the batch took, and the share of prompts still active after each."""
-        if not isinstance(rule, UntilMixed):
+    def _record_round_metrics(self, rule, rounds: GeneratedRounds, trained) -> None:
+        """With rounds: how many the batch took, the share of prompts still active after each, rollouts generated and
+        trained."""
+        if rule.single_round or isinstance(rule, ProbeThenAllocate):
             return
         metrics = self._metrics["train"]
         metrics["budget/rounds"].append(float(len(rounds)))
         for index, share in enumerate(rule.active_after_round, start=1):
             metrics[f"budget/active_after_round_{index}"].append(share)
+        metrics["budget/generated_rollouts"].append(float(rounds.counts.sum()))
+        metrics["budget/trained_rollouts"].append(float(trained.counts.sum()))
 
     def _record_allocation_time(self, batch_seconds: float) -> None:
         """Log the batch's allocation time; warn once when it takes a large share of generating the batch."""
@@ -444,15 +465,11 @@ class BudgetGRPOTrainer(GRPOTrainer):
         column = self._success_reward_index
         return (weighted if column is None else rewards_per_func[:, column]).cpu().numpy()
 
-    def _successes_per_prompt(self, gathered: torch.Tensor, order: np.ndarray, stage_counts: np.ndarray):
-        """Successes and scored rollouts of each prompt in one stage (rows gathered in `order`)."""
-        rewards = np.empty(len(order))
-        rewards[order] = self._success_rewards(gathered, self._weighted_rewards(gathered))
-        prompt_of_slot = np.repeat(np.arange(stage_counts.size), stage_counts)
-        scored = ~np.isnan(rewards)
-        wins = np.bincount(prompt_of_slot[scored], rewards[scored] >= self.tracker.success_threshold,
-                           minlength=stage_counts.size)
-        return wins, np.bincount(prompt_of_slot[scored], minlength=stage_counts.size).astype(np.float64)
+    def _outcomes(self, rewards_per_func: torch.Tensor) -> np.ndarray:
+        """Each row's outcome for the tracker and the round rules: 1.0 a success, 0.0 a failure, NaN unscored."""
+        rewards = self._success_rewards(rewards_per_func, self._weighted_rewards(rewards_per_func))
+        with np.errstate(invalid="ignore"):
+            return np.where(np.isnan(rewards), np.nan, (rewards >= self.tracker.success_threshold).astype(np.float64))
 
     def _warn_if_success_never_varies(self, batch_failure_rate: float | None) -> None:
         """Warn once when every rollout of many batches in a row was judged solved, or every one failed."""
@@ -660,6 +677,30 @@ def check_prompt_id_column(column: str | None, dataset) -> None:
         missing = first_row_where(dataset, column, is_missing, arrow_missing)
         if missing is not None:
             raise _missing_id_error(column, dataset[missing][column], f"in row {missing} of the training dataset")
+
+
+def check_rounds_allocator(allocator, args: BudgetGRPOConfig, prompts_per_batch: int) -> None:
+    """An allocator that brings its own rounds (Reinforce-Ada) trains `num_generations` of each prompt, alone."""
+    if args.budget_probe_generations or args.budget_round_generations:
+        raise ValueError(
+            f"{allocator!r} generates each batch in rounds of its own, so budget_probe_generations="
+            f"{args.budget_probe_generations} and budget_round_generations={args.budget_round_generations} cannot "
+            "apply; set both to 0."
+        )
+    if allocator.keep != args.num_generations:
+        raise ValueError(f"{allocator!r} trains K={allocator.keep} rollouts of each prompt, but TRL's batch holds "
+                         f"num_generations={args.num_generations} of each; build it with default_generations="
+                         f"{args.num_generations}.")
+    allocator.check_batch(prompts_per_batch, args.world_size)
+    if allocator.global_statistics and (args.scale_rewards == "batch"
+                                        or args.multi_objective_aggregation != "sum_then_normalize"):
+        raise ValueError(
+            f"reinforce_ada_global_statistics=True sets each prompt's baseline from all its rollouts of the batch, "
+            f"which defines the scale of a group (scale_rewards='group') or none (scale_rewards='none'), for the "
+            f"summed rewards; scale_rewards={args.scale_rewards!r} with multi_objective_aggregation="
+            f"{args.multi_objective_aggregation!r} has no such meaning. Use scale_rewards='group' or 'none' with "
+            "'sum_then_normalize', or set reinforce_ada_global_statistics=False."
+        )
 
 
 def check_dataset_fills_a_generation_batch(dataset, prompts_per_batch: int, args: BudgetGRPOConfig) -> None:

@@ -2,7 +2,8 @@
 
 Pure numpy, no torch and no TRL, so that every allocator can be used and tested alone on arrays. One module per idea:
 `registry` (names and dotted paths), `solver` (the exact greedy solver they share), `base` (the checks every
-allocator makes), one module per allocator (`uniform`, `knapsack`, `coba`), and `token_cap` (a cap on expected
+allocator makes), one module per allocator (`uniform`, `knapsack`, `coba`, and `reinforce_ada`, a rule of rounds chosen by the same name), and
+`token_cap` (a cap on expected
 completion tokens, solved by a search on its Lagrange multiplier).
 """
 
@@ -11,11 +12,13 @@ from .solver import spread_evenly, take_largest_gains
 from .uniform import UniformAllocator  # registered in this order: uniform, knapsack, coba
 from .knapsack import KnapsackAllocator  # noqa: I001
 from .coba import CoBAAllocator
+from .reinforce_ada import ReinforceAda
 
 __all__ = [
     "Allocator",
     "CoBAAllocator",
     "KnapsackAllocator",
+    "ReinforceAda",
     "UniformAllocator",
     "allocator_class",
     "allocator_names",

@@ -1,0 +1,188 @@
+"""Reinforce-Ada as released: exit rules, down-sampling and the global-statistics baseline checked by hand, its rounds
+on scripted outcomes, and real runs of the trainer."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from helpers import config_kwargs, make_trainer, parity_reward
+from test_probe import RowRecorder
+from test_rounds import run_rule
+
+from trl_budget import BudgetGRPOConfig, ReinforceAda
+from trl_budget.advantages import advantages_from_batch_outcomes
+from trl_budget.allocators.reinforce_ada import down_sample, has_enough_signal
+
+NAN = float("nan")
+
+
+def test_exit_rules_by_hand():
+    successes, failures = np.array([2, 1, 2, 0, 1]), np.array([2, 3, 1, 5, 0])
+    assert has_enough_signal("balanced", successes, failures, 4).tolist() == [True, False, False, False, False]
+    assert has_enough_signal("balanced", successes, failures, 3).tolist() == [True, True, False, False, False]
+    assert has_enough_signal("positive_focused", successes, failures, 4).tolist() == [True, True, True, False, True]
+
+
+@pytest.mark.parametrize(
+    "choice, outcomes, finished, chosen",
+    [
+        # A prompt that left: K/2 successes then K/2 failures, the first ones generated.
+        ("balanced", [0, 0, 1, 0, 1, 1, 0, 1], True, [2, 4, 0, 1]),
+        # positive_focused left at its first success: 1 success, then failures fill the group.
+        ("positive_focused", [0, 0, 0, 1, 0, 0, 0, 0], True, [3, 0, 1, 2]),
+        # ... and with successes only, successes fill it.
+        ("positive_focused", [1, 1, 1, 1, 1, 1, 1, 1], True, [0, 1, 2, 3]),
+        # The fallback of a prompt that never left: balanced takes what it has, short sides filled from the other.
+        ("balanced", [0, 0, 0, 0, 0, 0, 0, 0], False, [0, 1, 2, 3]),
+        ("balanced", [1, 0, 0, 0, 0, 0, 0, 0], False, [0, 1, 2, 3]),
+        ("balanced", [1, 1, 1, 0, 1, 1, 1, 1], False, [0, 1, 2, 3]),
+        # positive_focused's fallback aims at ceil(share x K) successes, at least 1 and at most K - 1.
+        ("positive_focused", [0, 0, 0, 0, 0, 0, 0, 0], False, [0, 1, 2, 3]),
+        # Unscored rollouts count as neither, and are trained only when a group would fall short of K.
+        ("balanced", [NAN, 1, 0, NAN, 1, 0], True, [1, 4, 2, 5]),
+        ("balanced", [NAN, 0, 0, NAN, 0], False, [1, 2, 4, 0]),
+    ],
+)
+def test_down_sampling_by_hand(choice, outcomes, finished, chosen):
+    assert down_sample(choice, np.array(outcomes, dtype=float), 4, finished).tolist() == chosen
+
+
+def test_positive_focused_fallback_keeps_the_share_of_successes():
+    # The fallback's rule on its own (a positive_focused prompt with a success has always left): 2 successes among 8
+    # give ceil(2/8 x 4) = 1 success, then 3 failures.
+    assert down_sample("positive_focused", np.array([0, 1, 0, 0, 1, 0, 0, 0.0]), 4, False).tolist() == [1, 0, 2, 3]
+
+
+def test_global_statistics_by_hand():
+    # Prompt 0: 3 successes among 8 rollouts generated, 2 trained (rewards 1, 0). Prompt 1: one rollout, mean 0, std 1.
+    rewards, counts = torch.tensor([1.0, 0.0, 1.0]), torch.tensor([2, 1])
+    wins, trials = torch.tensor([3.0, 1.0]), torch.tensor([8.0, 1.0])
+    advantages, is_std_zero = advantages_from_batch_outcomes(rewards, counts, wins, trials, scale=True)
+    mean, std = 3 / 8, math.sqrt((3 * (5 / 8) ** 2 + 5 * (3 / 8) ** 2) / 7)
+    np.testing.assert_allclose(advantages.numpy(), [(1 - mean) / (std + 1e-6), -mean / (std + 1e-6), 1 / (1 + 1e-6)],
+                               rtol=1e-6)
+    unscaled, _ = advantages_from_batch_outcomes(rewards, counts, wins, trials, scale=False)
+    np.testing.assert_allclose(unscaled.numpy(), [1 - mean, -mean, 1.0], rtol=1e-6)
+    assert is_std_zero.tolist() == [False, False, False]
+    _, agreeing = advantages_from_batch_outcomes(torch.tensor([0.0]), torch.tensor([1]), torch.tensor([0.0]),
+                                                 torch.tensor([6.0]), scale=True)
+    assert agreeing.tolist() == [True]
+
+
+OUTCOMES = [[1, 0, 1, 0] + [1] * 8, [0] * 12, [1, 0, 0, 0, 0, 1, 0, 0, 1, 1, 1, 1]]
+
+
+def test_rounds_until_each_prompt_leaves_by_hand():
+    rule = ReinforceAda("balanced", samples_per_round=4, max_rounds=3, default_generations=4).round_rule(1)
+    rounds, sizes = run_rule(rule, OUTCOMES)
+    # Round 1: prompt 0 has 2 and 2 and leaves; prompt 2 has 1 success. Round 2: prompt 2 reaches 2 successes and
+    # leaves. Round 3: prompt 1, still all failures; then the rounds run out.
+    assert sizes == [[4, 4, 4], [0, 4, 4], [0, 4, 0]]
+    assert rule.active_after_round == [2 / 3, 1 / 3, 1 / 3]
+    chosen, counts = rule.trained_slots(rounds)
+    # Plan slots: prompt 0 at 0-3, prompt 1 at 4-15, prompt 2 at 16-23 (its two rounds, in order).
+    assert counts.tolist() == [4, 4, 4]
+    assert chosen.tolist() == [0, 2, 1, 3, 4, 5, 6, 7, 16, 21, 17, 18]
+
+
+def test_the_generation_cap_cuts_the_last_round_evenly():
+    rule = ReinforceAda("balanced", samples_per_round=4, max_rounds=3, max_generated=18,
+                        default_generations=4).round_rule(1)
+    rounds, sizes = run_rule(rule, OUTCOMES)
+    assert sizes == [[4, 4, 4], [0, 3, 3]] and rounds.counts.sum() == 18
+
+
+def test_positive_focused_rounds_stop_at_a_first_success():
+    rule = ReinforceAda("positive_focused", samples_per_round=4, max_rounds=4, default_generations=4).round_rule(2)
+    rounds, sizes = run_rule(rule, [[0] * 6 + [1] + [0] * 9, [1] + [0] * 15])
+    assert sizes == [[4, 4], [4, 0]]  # prompt 0 finds its success in round 2 (its 7th rollout)
+    assert rule.trained_slots(rounds)[0].tolist() == [6, 0, 1, 2, 8, 9, 10, 11]
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"choice": "balance"}, "is not a Reinforce-Ada exit rule"),
+        ({"samples_per_round": 2}, "samples_per_round must be a whole number of at least 4"),
+        ({"max_rounds": 0}, "max_rounds must be a whole number of at least 1"),
+        ({"global_statistics": "yes"}, "global_statistics must be True or False"),
+    ],
+)
+def test_bad_settings_are_refused(options, message):
+    with pytest.raises(ValueError, match=message):
+        ReinforceAda(default_generations=4, **options)
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"reinforce_ada_samples_per_round": 2}, "^reinforce_ada_samples_per_round must be a whole number"),
+        ({"reinforce_ada_max_generated": 12}, "reinforce_ada_max_generated=12 cannot hold the first round"),
+        ({"budget_round_generations": 2}, "generates each batch in rounds of its own"),
+        ({"scale_rewards": "batch"}, "scale_rewards='batch' .* has no such meaning"),
+    ],
+)
+def test_settings_that_cannot_work_are_refused_before_the_model_loads(tmp_path, tokenizer, overrides, message):
+    with pytest.raises(ValueError, match=message):
+        make_trainer(tmp_path, tokenizer, budget_allocator="reinforce_ada", model="no-such-org/no-such-model",
+                     **overrides)
+
+
+class ScoredRounds:
+    """The parity reward, keeping every round's rewards in row order (TRL's logs keep only the last batch's rows)."""
+
+    __name__ = "parity_reward"
+
+    def __init__(self):
+        self.rounds = []
+
+    def __call__(self, completions, answer, **kwargs):
+        rewards = parity_reward(completions, answer)
+        self.rounds.append(np.array(rewards))
+        return rewards
+
+
+@pytest.mark.parametrize("choice", ["balanced", "positive_focused"])
+def test_a_run_trains_k_rollouts_of_each_prompt_against_the_batch_baseline(tmp_path, tokenizer, choice):
+    scored = ScoredRounds()
+    trainer = make_trainer(tmp_path, tokenizer, budget_allocator="reinforce_ada", reinforce_ada_choice=choice,
+                           reinforce_ada_samples_per_round=4, reinforce_ada_max_rounds=3, max_steps=4,
+                           per_device_train_batch_size=16, reward_funcs=scored)
+    recorder = RowRecorder(trainer)
+    trainer.train()
+    for plan, advantages, rows in recorder.steps:
+        assert rows == 16 and plan.counts.tolist() == [4, 4, 4, 4]  # TRL's batch: K = num_generations of each
+        assert sum(plan.round_rows) >= 16 and plan.round_rows[0] == 16
+    logs = [entry for entry in trainer.state.log_history if "budget/generated_rollouts" in entry]
+    assert len(logs) == 4 and all(entry["budget/trained_rollouts"] == 16 for entry in logs)
+    assert all(16 <= entry["budget/generated_rollouts"] <= 48 for entry in logs)
+    # The last batch's advantages, by hand: its trained rewards against all its generated outcomes.
+    plan, advantages, _ = recorder.steps[-1]
+    generated = np.concatenate(scored.rounds[-len(plan.round_rows):])
+    starts = np.cumsum(np.sum(plan.round_counts, axis=0)) - np.sum(plan.round_counts, axis=0)
+    in_plan = np.empty(generated.size)
+    rows_of_rounds = np.split(np.arange(generated.size), np.cumsum(plan.round_rows)[:-1])
+    offsets = np.zeros(len(plan.keys), dtype=int)
+    for counts, rows in zip(plan.round_counts, rows_of_rounds):  # one process: each round's rows in prompt order
+        slots = np.concatenate([starts[i] + offsets[i] + np.arange(c) for i, c in enumerate(counts)])
+        in_plan[slots] = generated[rows]
+        offsets += counts
+    expected = []
+    for prompt, start in enumerate(starts):
+        outcomes = in_plan[start : start + offsets[prompt]]
+        mean, std = outcomes.mean(), outcomes.std(ddof=1)
+        trained = plan.rewards[4 * prompt : 4 * prompt + 4]
+        assert sorted(trained.tolist()) == sorted(outcomes[down_sample(choice, outcomes, 4, bool(
+            has_enough_signal(choice, outcomes.sum(), (1 - outcomes).sum(), 4)))].tolist())
+        expected += ((trained - mean) / (max(std, 1e-6) + 1e-6)).tolist()
+    np.testing.assert_allclose(advantages.numpy(), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_the_config_passes_its_settings_to_the_rule(tmp_path):
+    config = BudgetGRPOConfig(**config_kwargs(tmp_path, budget_allocator="reinforce_ada",
+                                              reinforce_ada_choice="positive_focused",
+                                              reinforce_ada_samples_per_round=6, reinforce_ada_max_generated=40))
+    allocator = config.make_allocator()
+    assert (allocator.choice, allocator.samples_per_round, allocator.keep, allocator.generation_cap(2)) == (
+        "positive_focused", 6, 4, 40)
