@@ -8,6 +8,7 @@ import pytest
 import torch
 from helpers import config_kwargs, make_trainer, parity_reward
 from test_probe import RowRecorder
+from multiprocess_run import rows_as_text
 from test_rounds import run_rule
 
 from trl_budget import BudgetGRPOConfig, ReinforceAda
@@ -149,10 +150,23 @@ def test_a_run_trains_k_rollouts_of_each_prompt_against_the_batch_baseline(tmp_p
     trainer = make_trainer(tmp_path, tokenizer, budget_allocator="reinforce_ada", reinforce_ada_choice=choice,
                            reinforce_ada_samples_per_round=4, reinforce_ada_max_rounds=3, max_steps=4,
                            per_device_train_batch_size=16, reward_funcs=scored)
-    recorder = RowRecorder(trainer)
+    recorder, trained_rows = RowRecorder(trainer), []
+    recording = trainer._generate_and_score_completions
+
+    def keeping_rows(inputs):
+        output = recording(inputs)
+        trained_rows.append(rows_as_text(output, tokenizer))
+        return output
+
+    trainer._generate_and_score_completions = keeping_rows
     trainer.train()
-    for plan, advantages, rows in recorder.steps:
+    for (plan, advantages, rows), texts in zip(recorder.steps, trained_rows):
         assert rows == 16 and plan.counts.tolist() == [4, 4, 4, 4]  # TRL's batch: K = num_generations of each
+        # Each trained row is its slot's prompt, and its completion earns the reward the plan credits it.
+        for slot, (prompt, completion) in enumerate(texts):
+            row = plan.prompts[slot // 4]
+            assert prompt == row["prompt"]
+            assert parity_reward([completion], [row["answer"]])[0] == plan.rewards[slot]
         assert sum(plan.round_rows) >= 16 and plan.round_rows[0] == 16
     logs = [entry for entry in trainer.state.log_history if "budget/generated_rollouts" in entry]
     assert len(logs) == 4 and all(entry["budget/trained_rollouts"] == 16 for entry in logs)
