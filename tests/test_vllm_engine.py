@@ -232,6 +232,27 @@ def test_server_mode_rounds_send_one_request_a_round_and_credit_every_row(tmp_pa
     assert_rows_follow_the_plan(merged, plans, trainer.processing_class)
 
 
+def test_server_mode_reinforce_ada_trains_k_of_each_prompt_credited_to_it(tmp_path, copy_model, vllm_server,
+                                                                          cpu_weight_sync, requests_sent):
+    rows = Rows()
+    trainer = server_trainer(tmp_path, copy_model, vllm_server, rows, prompts=4, max_steps=3,
+                             per_device_train_batch_size=16, budget_allocator="reinforce_ada",
+                             reinforce_ada_samples_per_round=4, reinforce_ada_max_rounds=3)
+    trainer.train()
+    plans = PlanRecorder.plans
+    assert requests_sent == [(rows_of_round, 1) for plan, _ in plans for rows_of_round in plan.round_rows]
+    batches = iter(rows.batches)
+    for plan, output in plans:
+        for counts in plan.round_counts:  # each round generated its own counts, every completion its prompt's
+            scored = next(batches)
+            assert Counter(prompt for prompt, _ in scored) == {row["prompt"]: int(count) for row, count
+                                                               in zip(plan.prompts, counts) if count}
+            assert all(belongs_to_its_prompt(prompt, completion) for prompt, completion in scored)
+        assert plan.counts.tolist() == [4, 4, 4, 4] and output["completion_ids"].shape[0] == 16
+        misplaced = misplaced_rows(plan, output, trainer.processing_class)
+        assert not misplaced, f"trained rows credited to another prompt (credited, shown, completion): {misplaced}"
+
+
 def test_uniform_through_the_engine_lays_out_rows_as_grpo_trainer_does(tmp_path, copy_model, vllm_server,
                                                                       cpu_weight_sync, requests_sent):
     ours, theirs = Rows(), Rows()
