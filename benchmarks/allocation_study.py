@@ -10,10 +10,12 @@ benchmarks/study_pilot.py, whose results are in benchmarks/results/study_pilot.j
 - Regime: `RLSettings.study()` from the shipped warm start (the same on every machine): the pool of 1 500 problems of
   levels 2+1, 2+2 and 2x1; 64 prompts x 8 rollouts on average per generation batch, 8 updates per batch, each prompt
   between 2 and 128 rollouts; float32; a constant learning rate of 1e-4 after 16 warm-up steps; 960 updates
-  (61 440 rollouts), so 96 of 120 generation batches (80%) are allocated from history.
+  (61 440 rollouts), so 97 of 120 generation batches (81%) are allocated from history (the first epoch is 23 full
+  batches: TRL's sampler drops the 28 prompts that do not fill a 24th; registered as "96 of 120 (80%)").
 - Metric: greedy exact-match accuracy on 1 000 held-out problems of the same levels, the mean of the last three
   evaluations (updates 840, 900 and 960).
-- Seeds: 0-19, paired: every variant trains with the same seeds, so data order and sampling start alike.
+- Seeds: 0-19, paired: every variant trains with the same seeds, so data order and sampling start alike. Seeds 0-3 were
+  also the pilot's (benchmarks/study_pilot.py, uniform alone); the summary also reports the primary on seeds 4-19.
 - Primary comparison: `knapsack` (the release's rule, with its fallback) minus `uniform`: the mean paired difference
   and its 95% t interval; a two-sided sign-flip test at 0.05.
 - Minimal detectable effect at 80% power: from the pilot's paired SD of uniform's own 2x-minus-1x difference at this
@@ -21,9 +23,12 @@ benchmarks/study_pilot.py, whose results are in benchmarks/results/study_pilot.j
   (t(0.975, 19) + t(0.8, 19)) x 0.65 / sqrt(20) = 0.43 point. That SD may understate the allocators' (a 2x run
   repeats its 1x run exactly for the first half), so the observed paired SD and its MDE are reported beside it.
 - Room gate: `uniform-2x` (uniform with twice the updates, hence twice the rollouts) minus `uniform` must be at least
-  3 points; printed beside the answer whichever way it goes.
+  3 points; printed beside the answer whichever way it goes. It doubles the *updates* (its first half is uniform's run
+  exactly), so it measures training longer, not room for spending a batch's rollouts differently; the third study
+  (benchmarks/rounds_study.py) gates on uniform with twice the rollouts per batch at the same updates instead.
 - Secondary comparisons, each minus uniform, Holm-corrected as one family (sign-flip p-values, intervals at the
-  level of each one's Holm step): knapsack-no-fallback, coba, coba-prompt-weighted, knapsack-column-prior,
+  level of each one's Holm step, and at the Bonferroni level, which are simultaneous): knapsack-no-fallback, coba,
+  coba-prompt-weighted, knapsack-column-prior,
   knapsack-group-prior, knapsack-prompt-weighted, knapsack-token-cap.
 - Also reported, not tested: rollouts uniform needs to reach each variant's metric, over the variant's (paired
   bootstrap over seeds, from uniform-2x's curves); per variant over the allocated batches only (after the first 24):
@@ -31,12 +36,14 @@ benchmarks/study_pilot.py, whose results are in benchmarks/results/study_pilot.j
   completion tokens against uniform's.
 
 Added after the primary results, exploratory and untested: each variant's paired difference per level
-(`per_level_vs_uniform`; levels 1, 3, 4 are 2+1, 2+2, 2x1).
+(`per_level_vs_uniform`; levels 1, 3, 4 are 2+1, 2+2, 2x1). Added after an independent audit: the sign-flip p-value
+enumerates all 2^20 sign patterns (it was estimated from 20 000 random ones), Bonferroni intervals beside the Holm
+ones, the first epoch counted as 23 batches, and the primary on seeds 4-19 alone.
 
 Runs are trained in that order, primary first (uniform, knapsack, uniform-2x over all seeds), then the secondaries
 seed by seed; each finished run is stored under its settings, seed and the package's code
-(benchmarks/results/run_cache), so a stopped study resumes, and `--stored-only` summarises what is there (a secondary
-with fewer seeds is marked incomplete). Writes benchmarks/results/compare_allocators.json (`primary`, `room_gate`,
+(benchmarks/results/run_cache), so a stopped study resumes, and `--stored-only` summarises what is there, whatever
+code trained it (a secondary with fewer seeds is marked incomplete). Writes benchmarks/results/compare_allocators.json (`primary`, `room_gate`,
 `variants`, mean curves), compare_allocators.png, and the answer the demo prints (trl_budget/demo/study_answer.json).
 """
 
@@ -53,7 +60,7 @@ from pathlib import Path
 import numpy as np
 
 from trl_budget.demo.run import run_rl, warm_start
-from trl_budget.demo.run_cache import cached_run
+from trl_budget.demo.run_cache import cached_run, stored_run
 from trl_budget.demo.settings import RLSettings, WarmStartSettings
 from trl_budget.demo.study_stats import (
     holm,
@@ -70,6 +77,7 @@ SEEDS = 20
 BUDGET = 960  # updates
 PILOT_CANDIDATE = "pool-constant-0.0001-960"  # its row of study_pilot.json holds the paired SD below
 PILOT_PAIRED_SD = 0.0065  # 0.65 point: SD over seeds 0-3 of uniform's 1 920-minus-960-update metric
+PILOT_SEEDS = range(4)  # the pilot's seeds, also the study's first four
 ROOM_GATE = 0.03
 
 VARIANTS = {  # label -> BudgetGRPOConfig settings
@@ -141,13 +149,16 @@ def study_run(label: str, seed: int, quick: bool, run_cache: Path, train: bool =
            **({"prior": PRIOR} if uses_prior else {})}
 
     def train_it() -> dict:
-        if not train:
-            raise NotStored(f"{label} seed {seed}")
         priors = column_prior(quick) if uses_prior else None
         result = run_rl(warm_start(warm), allocator, seed, settings, Path("study_runs") / label, show_progress=False,
                         label=label, prompt_priors=priors, **options)
         return {k: v for k, v in result.items() if k != "histograms"}  # per-batch figures kept; the lists are large
 
+    if not train:
+        stored = stored_run(run_cache, f"study-{label}-{seed}", key)
+        if stored is None:
+            raise NotStored(f"{label} seed {seed}")
+        return stored, True
     return cached_run(run_cache, f"study-{label}-{seed}", key, train_it)
 
 
@@ -155,8 +166,9 @@ METRIC = "greedy held-out accuracy, mean of the last three evaluations"
 
 
 def metric(run: dict, name: str = "accuracy") -> float:
-    """The study's metric (`METRIC`); with `name` a level's (`level_3`), on the same three evaluations."""
-    return float(np.mean([point[name] for point in run["curve"][-3:]]))
+    """The study's metric (`METRIC`); with `name` a level's (`level_3`), on the same three evaluations. Only trained
+    points count: a short run (`--quick`) never averages in the untrained start."""
+    return float(np.mean([point[name] for point in run["curve"] if point["step"] > 0][-3:]))
 
 
 def paired_seeds(runs: dict, label: str, seeds: list[int]) -> list[int]:
@@ -165,8 +177,9 @@ def paired_seeds(runs: dict, label: str, seeds: list[int]) -> list[int]:
 
 
 def first_epoch_batches(settings: RLSettings) -> int:
-    """Generation batches before any prompt comes back (24 in the study: 1 500 prompts, 64 per batch)."""
-    return -(-settings.train_prompts // settings.prompts_per_step)
+    """Generation batches before any prompt comes back: TRL's sampler fills whole batches only and drops the rest of
+    an epoch (23 in the study: 1 500 prompts, 64 per batch, the last 28 dropped)."""
+    return settings.train_prompts // settings.prompts_per_step
 
 
 def after_first_epoch(run: dict, name: str, skip: int) -> float:
@@ -239,9 +252,11 @@ def summarize(runs: dict, seeds: list[int], skip: int) -> dict:
     for label, test in family.items():
         differences = variants[label]["vs_uniform"]["differences"]
         test["ci_holm"] = paired_interval(differences, test["level"])[1]
+        test["ci_bonferroni"] = paired_interval(differences, test["level_bonferroni"])[1]
         variants[label]["vs_uniform"]["holm"] = test
     primary = variants.get(PRIMARY, {}).get("vs_uniform", {})
     gate = variants.get(DOUBLED, {}).get("vs_uniform", {})
+    after_pilot = compare(runs, PRIMARY, [seed for seed in seeds if seed not in PILOT_SEEDS])
     return {
         "start_accuracy": runs[BASELINE, seeds[0]]["curve"][0]["accuracy"],
         "budget_rollouts": budget_rollouts,
@@ -253,7 +268,9 @@ def summarize(runs: dict, seeds: list[int], skip: int) -> dict:
                     "room_gate": {"uniform": variants.get(BASELINE, {}).get("metric_mean"),
                                   "uniform_2x": variants.get(DOUBLED, {}).get("metric_mean"),
                                   "diff": gate.get("diff"), "ci95": gate.get("ci95"), "required": ROOM_GATE,
-                                  "passes": gate.get("diff") is not None and gate["diff"] >= ROOM_GATE}},
+                                  "passes": gate.get("diff") is not None and gate["diff"] >= ROOM_GATE,
+                                  "what_it_doubles": "updates (its first half is uniform's run)"},
+                    "without_pilot_seeds": {k: after_pilot.get(k) for k in ("diff", "ci95", "p", "seeds")}},
         "holm_family": sorted(family),
         "secondaries_incomplete": [label for label in SECONDARY if label not in complete],
         "variants": variants,
@@ -275,9 +292,10 @@ def answer_sentence(primary: dict) -> str:
     return (f"{verdict} at the same rollout budget: {primary['diff'] * 100:+.2f} points of greedy held-out accuracy "
             f"(95% interval [{low * 100:+.2f}, {high * 100:+.2f}], p = {primary['p']:.2f}, {primary['seeds']} paired "
             f"seeds; the study was sized to find {primary['mde80'] * 100:.2f} points 80% of the time, "
-            f"{primary['mde80_observed'] * 100:.2f} with the spread it met). Room: uniform with twice the rollouts "
-            f"gains {gate['diff'] * 100:+.2f} points (the gate asks {gate['required'] * 100:.0f}: "
-            f"{'passed' if gate['passes'] else 'not passed'}).")
+            f"{primary['mde80_observed'] * 100:.2f} with the spread it met). Room: uniform with twice the updates "
+            f"(and so twice the rollouts) gains {gate['diff'] * 100:+.2f} points (the gate asks "
+            f"{gate['required'] * 100:.0f}: {'passed' if gate['passes'] else 'not passed'}); it measures training "
+            "longer, not room for spending a batch's rollouts differently.")
 
 
 def plot(summary: dict, path: Path) -> None:
@@ -297,12 +315,12 @@ def plot(summary: dict, path: Path) -> None:
     rows = [(label, row["vs_uniform"]) for label, row in summary["variants"].items()
             if "vs_uniform" in row and row["vs_uniform"].get("diff") is not None]
     for y, (label, comparison) in enumerate(rows):
-        low, high = comparison.get("holm", {}).get("ci_holm") or comparison["ci95"]
+        low, high = comparison.get("holm", {}).get("ci_bonferroni") or comparison["ci95"]
         bars.errorbar(comparison["diff"] * 100, y, xerr=[[(comparison["diff"] - low) * 100],
                                                          [(high - comparison["diff"]) * 100]], fmt="o", capsize=4)
     bars.axvline(0, color="grey", linewidth=1)
     bars.set_yticks(range(len(rows)), [f"{label} ({c['seeds']} seeds)" for label, c in rows])
-    bars.set(xlabel="metric minus uniform's, points (95% interval; Holm-adjusted for secondaries)",
+    bars.set(xlabel="metric minus uniform's, points (95% interval; Bonferroni-adjusted for secondaries)",
              title="Paired differences to uniform GRPO")
     figure.tight_layout()
     figure.savefig(path, dpi=110)
@@ -350,9 +368,9 @@ def main(argv=None) -> dict:
 
 def markdown_table(summary: dict) -> str:
     """The table docs/benchmarks.md cites."""
-    lines = ["| variant | seeds | metric | minus uniform (95% CI) | Holm-adjusted CI, p | rollouts with a gradient "
-             "(vs uniform) | prompts with a gradient | largest prompt's loss share | tokens vs uniform | "
-             "uniform's rollouts to match |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| variant | seeds | metric | minus uniform (95% CI) | exact p | Holm step's CI, Holm p | Bonferroni CI | "
+             "rollouts with a gradient (vs uniform) | prompts with a gradient | largest prompt's loss share | tokens "
+             "vs uniform | uniform's rollouts to match |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for label, row in summary["variants"].items():
         comparison = row.get("vs_uniform", {})
         diff = "—" if comparison.get("diff") is None else (
@@ -360,12 +378,15 @@ def markdown_table(summary: dict) -> str:
         test = comparison.get("holm")
         holm_text = "—" if test is None else (f"[{test['ci_holm'][0] * 100:+.2f}, {test['ci_holm'][1] * 100:+.2f}], "
                                               f"p {test['p_holm']:.3f}")
+        bonferroni = "—" if test is None else (f"[{test['ci_bonferroni'][0] * 100:+.2f}, "
+                                               f"{test['ci_bonferroni'][1] * 100:+.2f}]")
+        p_text = "—" if comparison.get("p") is None else f"{comparison['p']:.4f}"
         match = row.get("uniform_rollouts_to_match")
         match_text = "—" if match is None else (
             f"{match['ratio']:.2f}×" if match["ratio"] is not None else f"> {match['longest_ratio']:.0f}×") + (
             "" if match is None else " [" + ", ".join("—" if v is None else f"{v:.2f}" for v in match["ci95"]) + "]")
         lines.append(
-            f"| {label} | {row['seeds']} | {row['metric_mean']:.4f} | {diff} | {holm_text} | "
+            f"| {label} | {row['seeds']} | {row['metric_mean']:.4f} | {diff} | {p_text} | {holm_text} | {bonferroni} | "
             f"{row['effective_ratio']:.3f} ({row.get('effective_ratio_vs_uniform', 1.0):.2f}×) | "
             f"{row['prompts_with_gradient']:.3f} | {row['top_prompt_loss_share']:.3f} | "
             f"{row.get('completion_tokens_vs_uniform', 1.0):.3f} | {match_text} |")

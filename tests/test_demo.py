@@ -108,6 +108,18 @@ def test_allocator_benchmark_quick(tmp_path, monkeypatch):
     assert len(list((tmp_path / "run_cache").glob("*.json"))) == len(compare_allocators.VARIANTS)
 
 
+def test_the_study_metric_and_first_epoch_count_trained_points_and_whole_batches():
+    import allocation_study
+
+    from trl_budget.demo.settings import RLSettings
+
+    # A short run's last three points include its untrained start: only trained points count.
+    curve = [{"step": 0, "accuracy": 0.9}, {"step": 8, "accuracy": 0.2}, {"step": 16, "accuracy": 0.4}]
+    assert allocation_study.metric({"curve": curve}) == pytest.approx(0.3)
+    # 1 500 prompts, 64 per batch: TRL's sampler fills 23 batches and drops the remaining 28 prompts.
+    assert allocation_study.first_epoch_batches(RLSettings.study()) == 23
+
+
 def test_allocation_study_quick_resumes_and_reports_its_preregistered_figures(tmp_path, monkeypatch):
     import allocation_study
 
@@ -125,6 +137,8 @@ def test_allocation_study_quick_resumes_and_reports_its_preregistered_figures(tm
         test = saved["variants"][label]["vs_uniform"]["holm"]
         low, high = test["ci_holm"]
         assert low <= saved["variants"][label]["vs_uniform"]["diff"] <= high and test["p_holm"] >= test["p"]
+        wide_low, wide_high = test["ci_bonferroni"]  # simultaneous: at least as wide as any Holm step's
+        assert wide_low <= low and high <= wide_high
     # The doubled run spends twice the rollouts; its first half is the uniform run itself (constant rate, same seed).
     doubled, uniform = saved["mean_curves"]["uniform-2x"], saved["mean_curves"]["uniform"]
     assert doubled["rollouts"][-1] == 2 * uniform["rollouts"][-1]

@@ -38,10 +38,29 @@ def test_minimal_detectable_effect_by_hand():
 
 
 def test_sign_flip_p_value():
-    # Five positive differences: 2 of the 32 sign patterns are as extreme (all +, all -), p = 1/16.
-    assert sign_flip_p_value([0.1, 0.2, 0.3, 0.2, 0.1]) == pytest.approx(1 / 16, abs=0.01)
+    # Five positive differences: 2 of the 32 sign patterns are as extreme (all +, all -), p = 1/16 exactly.
+    assert sign_flip_p_value([0.1, 0.2, 0.3, 0.2, 0.1]) == 1 / 16
     assert sign_flip_p_value([0.1, -0.1, 0.2, -0.2]) == pytest.approx(1.0)
-    assert sign_flip_p_value(np.linspace(0.01, 0.02, 20)) < 1e-3
+    assert sign_flip_p_value(np.linspace(0.01, 0.02, 20)) == 2 / 2**20  # only all + and all - reach it
+
+
+@pytest.mark.parametrize("size", [3, 12, 17, 20])
+def test_sign_flip_p_value_is_exact_against_brute_force(size):
+    # Before, 20 000 random patterns estimated it, and their noise decided "0.09" against "0.08".
+    import itertools
+
+    differences = np.random.default_rng(size).normal(0.003, 0.009, size)
+    if size > 12:  # brute force on a coarse grid of values, where ties are many and must count
+        differences = np.round(differences, 3)
+    observed = abs(differences.sum())
+    patterns = itertools.product([-1.0, 1.0], repeat=size) if size <= 17 else None
+    if patterns is None:
+        signs = 1.0 - 2.0 * ((np.arange(2**size)[:, None] >> np.arange(size)) & 1)
+        reached = np.count_nonzero(np.abs(signs @ differences) >= observed - 1e-12)
+    else:
+        reached = sum(abs(np.dot(pattern, differences)) >= observed - 1e-12 for pattern in patterns)
+    assert sign_flip_p_value(differences) == reached / 2**size
+    assert sign_flip_p_value(differences, seed=1) == sign_flip_p_value(differences, seed=2)  # no randomness left
 
 
 def test_holm_steps_down_and_stops_at_the_first_failure():
@@ -49,6 +68,8 @@ def test_holm_steps_down_and_stops_at_the_first_failure():
     assert [result[n]["significant"] for n in "acb"] == [True, False, False]  # 0.01 <= 0.05/3; 0.03 > 0.05/2
     assert [result[n]["p_holm"] for n in "acb"] == pytest.approx([0.03, 0.06, 0.06])  # monotone: b's 0.04 -> 0.06
     assert [result[n]["level"] for n in "acb"] == pytest.approx([1 - 0.05 / 3, 1 - 0.05 / 2, 1 - 0.05])
+    # Intervals at the Holm steps are not simultaneous; the Bonferroni level, the same for all, is.
+    assert [result[n]["level_bonferroni"] for n in "acb"] == pytest.approx([1 - 0.05 / 3] * 3)
     # A later p-value under its own threshold is still not significant once an earlier one failed.
     assert holm({"x": 0.04, "y": 0.045})["y"]["significant"] is False
 
@@ -72,3 +93,34 @@ def test_rollouts_to_match_on_straight_curves():
     matched = rollouts_to_match(np.arange(7) * 10.0, dipping, targets=[0.45], budget=30.0, resamples=20)
     assert matched["ratio"] == pytest.approx(55 / 30)  # trailing means 0.3, 0.3, 0.3, 1/3, 0.4, 0.5: 0.45 at 55
     assert beyond["ratio"] is None and beyond["share_beyond_longest"] == 1.0 and beyond["longest_ratio"] == 2.0
+
+
+def test_the_run_cache_digest_leaves_out_what_a_run_never_executes(tmp_path, monkeypatch):
+    from trl_budget.demo import run_cache
+
+    package = tmp_path / "trl_budget"
+    (package / "demo").mkdir(parents=True)
+    for name in ("trainer.py", "cli.py", "demo/report.py", "demo/study_stats.py", "demo/build_warm_start.py"):
+        (package / name).write_text("x = 1\n")
+    monkeypatch.setattr(run_cache, "PACKAGE", package)
+    before = run_cache.code_digest()
+    for name in ("cli.py", "demo/report.py", "demo/study_stats.py", "demo/build_warm_start.py"):
+        (package / name).write_text("x = 2\n")
+        assert run_cache.code_digest() == before, name
+    (package / "trainer.py").write_text("x = 2\n")
+    assert run_cache.code_digest() != before
+
+
+def test_a_stored_run_is_read_back_by_its_settings_whatever_code_trained_it(tmp_path, monkeypatch):
+    from trl_budget.demo import run_cache
+
+    settings = {"variant": "uniform", "seed": 3}
+    run_cache.cached_run(tmp_path, "study-uniform-3", settings, lambda: {"metric": 0.5})
+    monkeypatch.setattr(run_cache, "code_digest", lambda: "other code")
+    assert not (tmp_path / f"study-uniform-3-{run_cache.run_key(settings)}.json").exists()
+    assert run_cache.stored_run(tmp_path, "study-uniform-3", settings)["result"] == {"metric": 0.5}
+    assert run_cache.stored_run(tmp_path, "study-uniform-3", {**settings, "seed": 4}) is None
+    run_cache.cached_run(tmp_path, "study-uniform-3", settings, lambda: {"metric": 0.6})  # trained again, new code
+    monkeypatch.setattr(run_cache, "code_digest", lambda: "third code")
+    with pytest.raises(ValueError, match="2 stored runs of study-uniform-3 .* have these settings"):
+        run_cache.stored_run(tmp_path, "study-uniform-3", settings)

@@ -6,32 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-
-# Two-sided 95% quantiles of Student's t by degrees of freedom (beyond 30: the normal's 1.96).
-_T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
-          12: 2.179, 15: 2.131, 20: 2.086, 25: 2.060, 30: 2.042}
-
-
-def paired_difference(values, baseline) -> tuple[float, list[float] | None]:
-    """Mean of `values - baseline` (paired by seed) and its 95% confidence interval (t, n - 1 degrees of freedom)."""
-    differences = np.asarray(values, dtype=np.float64) - np.asarray(baseline, dtype=np.float64)
-    mean = float(differences.mean())
-    if differences.size < 2:
-        return mean, None
-    df = differences.size - 1
-    quantile = _T_975[max(d for d in _T_975 if d <= df)] if df <= 30 else 1.96
-    half = quantile * float(differences.std(ddof=1)) / np.sqrt(differences.size)
-    return mean, [mean - half, mean + half]
-
-
-def rollouts_to_reach(rollouts: list[float], values: list[float], target: float) -> float | None:
-    """Rollouts at which a curve first reaches `target` after its start (linear between points); None if never."""
-    for index in range(1, len(values)):
-        if values[index] >= target:
-            before, after = values[index - 1], values[index]
-            share = 1.0 if after == before or before >= target else (target - before) / (after - before)
-            return float(rollouts[index - 1] + share * (rollouts[index] - rollouts[index - 1]))
-    return None
+from .study_stats import first_reach, paired_interval
 
 
 def mean_curve(runs: list[dict], metric: str) -> np.ndarray:
@@ -82,8 +57,8 @@ def _against_uniform(group: list[dict], uniform: list[dict]) -> dict:
     paired = [(run, uniform_by_seed[run["seed"]]) for run in group if run["seed"] in uniform_by_seed]
     row = {}
     for metric in ("accuracy", "train_accuracy"):
-        mean, ci = paired_difference([r["curve"][-1][metric] for r, _ in paired],
-                                     [u["curve"][-1][metric] for _, u in paired])
+        differences = [r["curve"][-1][metric] - u["curve"][-1][metric] for r, u in paired]
+        mean, ci = paired_interval(differences) if len(differences) > 1 else (float(np.mean(differences)), None)
         suffix = "" if metric == "accuracy" else "_train"
         row[f"final{suffix}_accuracy_diff"], row[f"final{suffix}_accuracy_ci95"] = mean, ci
     effective = [(np.mean(r["effective_ratio"]), np.mean(u["effective_ratio"])) for r, u in paired]
@@ -92,7 +67,7 @@ def _against_uniform(group: list[dict], uniform: list[dict]) -> dict:
     # Uniform's rollouts to reach this variant's final held-out accuracy, over this variant's rollouts (mean curves).
     rollouts = [point["rollouts"] for point in uniform[0]["curve"]]
     final = float(np.mean([run["curve"][-1]["accuracy"] for run in group]))
-    needed = rollouts_to_reach(rollouts, mean_curve(uniform, "accuracy").tolist(), final)
+    needed = first_reach(rollouts, mean_curve(uniform, "accuracy").tolist(), final)
     row["uniform_rollouts_ratio"] = None if needed is None else needed / group[0]["curve"][-1]["rollouts"]
     row["uniform_reaches_final_accuracy"] = needed is not None
     return row

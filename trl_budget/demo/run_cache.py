@@ -1,8 +1,10 @@
 """Each run's result stored under a key of everything that decides it, so that a study stopped half-way resumes.
 
 The key covers the run's settings (warm start, RL settings, variant options, seed) and the source code of this
-package: a changed setting or a changed line of `trl_budget` makes a new run, while a finished run with the same key
-is read back instead of trained again. Results are written atomically (a stopped run leaves no partial file).
+package that a run executes: a changed setting or a changed line of it makes a new run, while a finished run with the
+same key is read back instead of trained again. A study's summary reads its runs back by their settings alone
+(`stored_run`), whatever changed in the code since they trained. Results are written atomically (a stopped run leaves
+no partial file).
 """
 
 from __future__ import annotations
@@ -18,11 +20,20 @@ from ..checkpoint import write_json_atomically
 PACKAGE = Path(__file__).resolve().parents[1]
 
 
+# Modules a run never executes: what prints and draws results, the statistics over runs, the command line, the
+# warm start's builder (a run loads the shipped warm start, whose weights' digest is checked), and this module.
+NOT_RUN = ("cli.py", "__main__.py", "demo/report.py", "demo/study_stats.py", "demo/build_warm_start.py",
+           "demo/run_cache.py")
+
+
 def code_digest() -> str:
-    """A digest of every Python source file of `trl_budget` (paths and contents)."""
+    """A digest of the Python source files of `trl_budget` that a run executes (paths and contents)."""
     digest = hashlib.sha256()
     for path in sorted(PACKAGE.rglob("*.py")):
-        digest.update(str(path.relative_to(PACKAGE)).encode())
+        relative = path.relative_to(PACKAGE).as_posix()
+        if relative in NOT_RUN:
+            continue
+        digest.update(relative.encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
 
@@ -42,3 +53,21 @@ def cached_run(folder: Path, name: str, settings: dict[str, Any], compute: Calla
     path.parent.mkdir(parents=True, exist_ok=True)
     write_json_atomically(path, {"settings": settings, "result": result})
     return {"settings": settings, "result": result}, False
+
+
+def stored_run(folder: Path, name: str, settings: dict[str, Any]) -> dict | None:
+    """The stored run of `name` with these settings, trained by the current code or by an earlier one (a study's
+    figures are recomputed from the runs it trained, whatever changed in the package since); None if there is none.
+
+    Raises:
+        ValueError: several stored runs match (trained by different code), so the study's run is ambiguous.
+    """
+    current = Path(folder) / f"{name}-{run_key(settings)}.json"
+    if current.exists():
+        return json.loads(current.read_text())
+    matches = [stored for path in sorted(Path(folder).glob(f"{name}-*.json"))
+               if (stored := json.loads(path.read_text()))["settings"] == json.loads(json.dumps(settings, default=str))]
+    if len(matches) > 1:
+        raise ValueError(f"{len(matches)} stored runs of {name} in {folder} have these settings (trained by different "
+                         "code); keep the one the study used and remove the others.")
+    return matches[0] if matches else None

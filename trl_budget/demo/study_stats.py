@@ -44,25 +44,49 @@ def minimal_detectable_effect(paired_sd: float, seeds: int, power: float = 0.8, 
     return float((t_quantile(1 - alpha / 2, df) + t_quantile(power, df)) * paired_sd / np.sqrt(seeds))
 
 
-def sign_flip_p_value(differences, flips: int = 20_000, seed: int = 0) -> float:
-    """Two-sided p-value of a zero mean difference by random sign flips (a paired permutation test).
+EXACT_SIGN_FLIPS_UP_TO = 24  # seeds: 2^24 sign patterns, enumerated in chunks, take a few seconds
 
-    Under the null each paired difference is as likely positive as negative; the p-value is the share of sign-flipped
-    means at least as far from zero as the observed one, counting the observed one (never exactly 0).
+
+def sign_flip_p_value(differences, flips: int = 20_000, seed: int = 0) -> float:
+    """Two-sided p-value of a zero mean difference by sign flips (a paired permutation test).
+
+    Under the null each paired difference is as likely positive as negative; the p-value is the share of sign patterns
+    whose mean is at least as far from zero as the observed one (which is among them, so it is never 0). Up to
+    `EXACT_SIGN_FLIPS_UP_TO` differences every one of the 2^n patterns is enumerated, so the p-value is exact; beyond,
+    `flips` random patterns (and the observed one) estimate it.
     """
     differences = np.asarray(differences, dtype=np.float64)
+    observed = abs(differences.sum()) - 1e-12 * max(1.0, float(np.abs(differences).sum()))
+    if differences.size <= EXACT_SIGN_FLIPS_UP_TO:
+        return _exact_sign_flip_share(differences, observed)
     signs = np.random.default_rng(seed).choice([-1.0, 1.0], size=(flips, differences.size))
-    flipped = np.abs((signs * differences).mean(axis=1))
-    observed = abs(differences.mean())
-    return float((1 + np.count_nonzero(flipped >= observed - 1e-12)) / (flips + 1))
+    flipped = np.abs(signs @ differences)
+    return float((1 + np.count_nonzero(flipped >= observed)) / (flips + 1))
+
+
+def _exact_sign_flip_share(differences: np.ndarray, observed: float) -> float:
+    """The share of all 2^n sign patterns whose |sum| reaches `observed`: the patterns of the first n - k differences
+    (k = up to 16) in turn, each against every pattern of the last k at once."""
+    n = differences.size
+    tail = min(n, 16)
+    bits = (np.arange(2**tail)[:, None] >> np.arange(tail)) & 1
+    tail_sums = (1.0 - 2.0 * bits) @ differences[n - tail :]
+    head = differences[: n - tail]
+    reached = 0
+    for pattern in range(2 ** (n - tail)):
+        head_signs = 1.0 - 2.0 * ((pattern >> np.arange(n - tail)) & 1)
+        reached += np.count_nonzero(np.abs(head_signs @ head + tail_sums) >= observed)
+    return float(reached / 2.0**n)
 
 
 def holm(p_values: dict[str, float], alpha: float = 0.05) -> dict[str, dict]:
-    """Holm's step-down correction: per comparison, its adjusted p-value, the level its interval is drawn at, and
-    whether it is significant in the family.
+    """Holm's step-down correction: per comparison, its adjusted p-value, the level of its step, the Bonferroni level,
+    and whether it is significant in the family.
 
-    The k-th smallest of m p-values (k from 0) is tested at alpha / (m - k), and only while every smaller one passed;
-    its interval is drawn at 1 - alpha / (m - k), the simultaneous interval that matches the test.
+    The k-th smallest of m p-values (k from 0) is tested at alpha / (m - k), and only while every smaller one passed.
+    An interval drawn at its step's level, 1 - alpha / (m - k), matches that test but the intervals of a family drawn
+    so are not simultaneous; intervals at the Bonferroni level, 1 - alpha / m, are (every one covers its true value
+    with probability at least 1 - alpha, together).
     """
     ordered = sorted(p_values, key=p_values.get)
     m, running, still_rejecting, result = len(ordered), 0.0, True, {}
@@ -70,7 +94,7 @@ def holm(p_values: dict[str, float], alpha: float = 0.05) -> dict[str, dict]:
         running = max(running, min(1.0, (m - k) * p_values[name]))
         still_rejecting = still_rejecting and p_values[name] <= alpha / (m - k)
         result[name] = {"p": p_values[name], "p_holm": running, "level": 1 - alpha / (m - k),
-                        "significant": still_rejecting}
+                        "level_bonferroni": 1 - alpha / m, "significant": still_rejecting}
     return result
 
 
