@@ -18,6 +18,11 @@ OMP_NUM_THREADS=1 python benchmarks/study_pilot.py --seeds 4   # the second stud
 # are read back, so it resumes where it stopped): compare_allocators.json/.png and trl_budget/demo/study_answer.json.
 OMP_NUM_THREADS=1 python benchmarks/allocation_study.py
 
+# The third study's coverage replay (the warm start's own answers, each rule's code replayed; chooses the rounds
+# settings before any RL run of them), then the pre-registered study: 10 arms x 20 paired seeds (40-59), resuming.
+python benchmarks/coverage_replay.py
+OMP_NUM_THREADS=1 python benchmarks/rounds_study.py
+
 # vLLM request layout, in the engine venv (bash tests/vllm_engine/setup_venv.sh): short completions, then every
 # rollout run to 128 tokens.
 .venv-vllm/bin/python benchmarks/vllm_request_layout.py

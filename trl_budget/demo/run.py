@@ -146,6 +146,13 @@ def exact_match_accuracy(model, tokenizer, problems: list[dict], samples: int = 
 def solve_rates(model, tokenizer, problems: list[dict], samples: int = 0, temperature: float = 1.0,
                 batch_size: int = 256, seed: int = 0) -> np.ndarray:
     """Each problem's exact-match rate: greedy (0 or 1), or the mean over `samples` sampled answers."""
+    return answer_outcomes(model, tokenizer, problems, samples, temperature, batch_size, seed).mean(axis=1)
+
+
+def answer_outcomes(model, tokenizer, problems: list[dict], samples: int = 0, temperature: float = 1.0,
+                    batch_size: int = 256, seed: int = 0) -> np.ndarray:
+    """`(problems, max(samples, 1))` exact-match outcomes (0.0 or 1.0): the greedy answer, or `samples` sampled ones
+    in the order drawn."""
     was_training = model.training
     model.eval()
     sampling = {"do_sample": True, "temperature": temperature, "num_return_sequences": samples} if samples else {
@@ -161,9 +168,9 @@ def solve_rates(model, tokenizer, problems: list[dict], samples: int = 0, temper
                                     eos_token_id=tokenizer.eos_token_id, **sampling)
             texts = tokenizer.batch_decode(output[:, encoded["input_ids"].shape[1] :], skip_special_tokens=True)
             answers = [p["answer"] for p in batch for _ in range(repeats)]
-            correct += np.reshape(exact_match_reward(texts, answers), (len(batch), repeats)).mean(1).tolist()
+            correct += np.reshape(exact_match_reward(texts, answers), (len(batch), repeats)).tolist()
     model.train(was_training)
-    return np.array(correct)
+    return np.array(correct, dtype=np.float64).reshape(len(problems), repeats)
 
 
 class _ProgressBarOnly(ProgressCallback):
@@ -184,12 +191,14 @@ class _Recorder(TrainerCallback):
         self.curve = []
         self.histograms = {}  # at each histogram step, the rollouts per prompt of every batch since the previous one
         self._since_last_mark, self._last_plan = [], None
+        self._generated = 0  # rollouts generated so far (with Reinforce-Ada more than are trained)
 
     def _evaluate(self, state, model):
         rollouts = state.global_step * self.settings.rollouts_per_step
         samples, temperature = self.settings.eval_samples, self.settings.temperature
         train = exact_match_accuracy(model, self.tokenizer, self.train_measured, samples, temperature)
-        self.curve.append({"step": state.global_step, "rollouts": rollouts, "train_accuracy": train["accuracy"],
+        self.curve.append({"step": state.global_step, "rollouts": rollouts, "generated": self._generated,
+                           "train_accuracy": train["accuracy"],
                            **exact_match_accuracy(model, self.tokenizer, self.held_out, samples, temperature)})
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
@@ -201,6 +210,7 @@ class _Recorder(TrainerCallback):
         plan = self.trainer.last_rollout_plan
         if plan is not None and plan is not self._last_plan:  # a new generation batch
             self._since_last_mark += plan.counts.tolist()
+            self._generated += sum(plan.round_rows)
             self._last_plan = plan
         if state.global_step in self.settings.histogram_steps:
             self.histograms[state.global_step] = self._since_last_mark
@@ -267,7 +277,8 @@ def run_rl(model_path: Path, allocator: str, seed: int, settings: RLSettings, ou
         "effective_ratio": [entry["budget/effective_ratio"] for entry in logs],
         **{name.removeprefix("budget/"): [entry.get(name) for entry in logs] for name in (
             "budget/completion_tokens", "budget/prompts_with_gradient", "budget/top_prompt_loss_share",
-            "budget/prior_share", "budget/expected_token_ratio", "budget/unseen_prompts")},
+            "budget/prior_share", "budget/expected_token_ratio", "budget/unseen_prompts", "budget/rounds",
+            "budget/generated_rollouts", "budget/trained_rollouts")},
         "reward": [entry["reward"] for entry in logs],
         "curve": recorder.curve,
         "histograms": {str(step): counts for step, counts in recorder.histograms.items()},
