@@ -68,6 +68,11 @@ def test_demo_end_to_end(tmp_path, capsys):
     assert main(arguments + ["--no-baseline", "--allocator", "coba"]) == 0  # reuses the cached warm start
     assert cached[0].stat().st_mtime_ns == stamp
     assert set(json.loads((output / "demo_results.json").read_text())["summary"]) == {"coba-probe2"}
+    # Reinforce-Ada trains 4 of each prompt, and generates what uniform does.
+    assert main(["demo", "--steps", "16", "--warm-start-steps", "40", "--output-dir", str(output), "--cache-dir",
+                 str(tmp_path / "cache"), "--no-baseline", "--allocator", "reinforce_ada"]) == 0
+    row = json.loads((output / "demo_results.json").read_text())["summary"]["reinforce_ada"]
+    assert row["rollouts_spent"] <= 16 * 64
 
 
 @pytest.mark.parametrize("bad", [["--allocator", "greedy"], ["--steps", "0"], ["--steps", "many"]])
@@ -152,6 +157,33 @@ def test_allocation_study_quick_resumes_and_reports_its_preregistered_figures(tm
     monkeypatch.setattr(allocation_study, "run_rl", no_training)
     again = allocation_study.main(["--quick", "--stored-only", "--output-dir", str(tmp_path)])
     assert again["primary"] == result["primary"] and again["variants"] == result["variants"]
+
+
+def test_rounds_study_quick_resumes_and_reports_its_preregistered_figures(tmp_path, monkeypatch):
+    import rounds_study
+
+    result = rounds_study.main(["--quick", "--output-dir", str(tmp_path)])
+    saved = json.loads((tmp_path / "rounds_study.json").read_text())
+    primary = saved["primary"]
+    assert primary["comparison"] == "rounds-uniform - uniform-n8" and primary["seeds"] == 2
+    assert primary["mde80"] == pytest.approx(rounds_study.mde80()) and primary["p"] > 0
+    assert saved["holm_family"] == sorted(rounds_study.SECONDARY) and set(saved["arms"]) == set(rounds_study.ARMS)
+    arms = saved["arms"]
+    # The dose-response spends n rollouts of each prompt per batch; the n = 8 arms generate 512 per batch.
+    assert arms["uniform-n16"]["gradient_rollouts"] > arms["uniform-n4"]["gradient_rollouts"]
+    assert arms["reinforce-ada-balanced"]["generated_per_trained"] == pytest.approx(2.0)
+    assert arms["rounds-uniform"]["rounds"] > 1 and arms["rounds-uniform"]["generated_per_trained"] == 1.0
+    for predictor in ("gradient_rollouts", "coverage"):
+        assert set(saved["dose_response"][predictor]["arms"]) == set(rounds_study.EQUAL_COST)
+    assert saved["dose_response"]["predicts_better"] in ("gradient_rollouts", "coverage")
+    check_png(tmp_path / "rounds_study.png", min_width=1200)
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("a stored run was trained again")
+
+    monkeypatch.setattr(rounds_study, "run_rl", no_training)
+    again = rounds_study.main(["--quick", "--stored-only", "--output-dir", str(tmp_path)])
+    assert again["primary"] == result["primary"] and again["arms"] == result["arms"]
 
 
 def test_the_demo_prints_the_answer_the_study_recorded():

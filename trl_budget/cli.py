@@ -6,11 +6,12 @@ import argparse
 import json
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 # Only light imports here, so that `trl-budget --help` answers at once; the demo's runs load torch and TRL when run.
 from .allocators import allocator_names
-from .demo.settings import RLSettings, WarmStartSettings
+from .demo.settings import REINFORCE_ADA_AT_EQUAL_COST, REINFORCE_ADA_TRAINED, RLSettings, WarmStartSettings
 
 
 # The variant the allocation study's primary comparison is about (benchmarks/allocation_study.py).
@@ -98,6 +99,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def demo_variant(allocator: str, probe: int, settings: RLSettings) -> tuple[RLSettings, dict]:
+    """The RL settings and config options of the demo's allocator run. Reinforce-Ada trains K = 4 rollouts of each
+    prompt and generates as many as uniform does (the third study's arm); the others train what they generate."""
+    if allocator != "reinforce_ada":
+        return settings, {"budget_probe_generations": probe}
+    return replace(settings, num_generations=REINFORCE_ADA_TRAINED), dict(REINFORCE_ADA_AT_EQUAL_COST)
+
+
 def run_demo(options: argparse.Namespace) -> dict:
     from .demo.report import format_table, plot_report, summarize
     from .demo.run import run_rl, warm_start
@@ -109,13 +118,14 @@ def run_demo(options: argparse.Namespace) -> dict:
     print(f"warm-started model: {model_path}")
     settings = RLSettings.study(options.steps)
     label = options.allocator + (f"-probe{options.probe}" if options.probe else "")
-    variants = [(label, options.allocator, {"budget_probe_generations": options.probe})]
+    variants = [(label, options.allocator, *demo_variant(options.allocator, options.probe, settings))]
     if not options.no_baseline:
-        variants.append(("uniform", "uniform", {}))
+        variants.append(("uniform", "uniform", settings, {}))
     runs = []
-    for name, allocator, overrides in variants:
-        print(f"RL with {name} ({options.steps} updates, {options.steps * settings.rollouts_per_step} rollouts)")
-        runs.append(run_rl(model_path, allocator, options.seed, settings, output_dir / f"run-{name}", label=name,
+    for name, allocator, run_settings, overrides in variants:
+        print(f"RL with {name} ({options.steps} updates, {options.steps * settings.rollouts_per_step} rollouts "
+              "generated)")
+        runs.append(run_rl(model_path, allocator, options.seed, run_settings, output_dir / f"run-{name}", label=name,
                            **overrides))
     summary = summarize(runs)
     results_path = output_dir / "demo_results.json"
@@ -149,6 +159,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     options = parser.parse_args(argv)
     if options.command == "demo":
+        if options.allocator == "reinforce_ada" and options.probe:
+            options.subparser.error("argument --probe: Reinforce-Ada generates in rounds of its own; leave --probe at 0")
         check_demo_folders(options.subparser, options)
         try:
             import matplotlib  # noqa: F401

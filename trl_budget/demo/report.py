@@ -9,6 +9,11 @@ import numpy as np
 from .study_stats import first_reach, paired_interval
 
 
+def spent(point: dict) -> float:
+    """Rollouts generated up to a curve's point (runs recorded before rounds existed: the rollouts trained, the same)."""
+    return point.get("generated", point["rollouts"])
+
+
 def mean_curve(runs: list[dict], metric: str) -> np.ndarray:
     """One metric of the runs' curves (`"accuracy"` or `"train_accuracy"`), averaged over the runs point by point."""
     return np.mean([[point[metric] for point in run["curve"]] for run in runs], axis=0)
@@ -38,12 +43,12 @@ def summarize(runs: list[dict]) -> dict[str, dict]:
             "final_train_accuracy_std": float(np.std(final_train)),
             "effective_ratio_mean": float(np.mean(effective)),
             "effective_ratio_std": float(np.std(effective)),
-            "rollouts_spent": group[0]["curve"][-1]["rollouts"],
+            "rollouts_spent": spent(group[0]["curve"][-1]),
         }
         for metric, target in uniform_final.items():
             # Only after training has started: a start above the target would say nothing about the allocator.
             reached = np.flatnonzero(mean_curve(group, metric)[1:] >= target) + 1
-            rollouts = int(group[0]["curve"][reached[0]]["rollouts"]) if reached.size else None
+            rollouts = int(spent(group[0]["curve"][reached[0]])) if reached.size else None
             row[f"rollouts_to_uniform_final_{metric}"] = rollouts
         if "uniform" in by_allocator:
             row.update(_against_uniform(group, by_allocator["uniform"]))
@@ -65,10 +70,10 @@ def _against_uniform(group: list[dict], uniform: list[dict]) -> dict:
     row["effective_ratio_vs_uniform"] = float(np.mean([mine for mine, _ in effective]) /
                                               np.mean([theirs for _, theirs in effective]))
     # Uniform's rollouts to reach this variant's final held-out accuracy, over this variant's rollouts (mean curves).
-    rollouts = [point["rollouts"] for point in uniform[0]["curve"]]
+    rollouts = [spent(point) for point in uniform[0]["curve"]]
     final = float(np.mean([run["curve"][-1]["accuracy"] for run in group]))
     needed = first_reach(rollouts, mean_curve(uniform, "accuracy").tolist(), final)
-    row["uniform_rollouts_ratio"] = None if needed is None else needed / group[0]["curve"][-1]["rollouts"]
+    row["uniform_rollouts_ratio"] = None if needed is None else needed / spent(group[0]["curve"][-1])
     row["uniform_reaches_final_accuracy"] = needed is not None
     return row
 
@@ -112,7 +117,7 @@ def plot_report(runs: list[dict], path: Path, title: str = "trl_budget", eval_sa
     figure, (accuracy_axis, ratio_axis, histogram_axis) = plt.subplots(1, 3, figsize=(16, 4.5))
     for allocator in allocators:
         group = [run for run in runs if run["allocator"] == allocator]
-        rollouts = [point["rollouts"] for point in group[0]["curve"]]
+        rollouts = [spent(point) for point in group[0]["curve"]]
         accuracy = np.array([[point["accuracy"] for point in run["curve"]] for run in group])
         accuracy_axis.plot(rollouts, accuracy.mean(0), marker="o", color=colours[allocator],
                            label=f"{allocator} (held-out)")
@@ -126,7 +131,8 @@ def plot_report(runs: list[dict], path: Path, title: str = "trl_budget", eval_sa
         window = max(1, len(ratio) // 20)
         smooth = np.convolve(ratio, np.ones(window) / window, mode="valid")
         ratio_axis.plot(np.arange(smooth.size) + window, smooth, color=colours[allocator], label=allocator)
-    accuracy_axis.set(xlabel="rollouts spent", ylabel=accuracy_label(eval_samples, temperature), title="Accuracy")
+    accuracy_axis.set(xlabel="rollouts generated", ylabel=accuracy_label(eval_samples, temperature),
+                      title="Accuracy")
     ratio_axis.set(xlabel="generation batch", ylabel="share of rollouts with non-zero advantage",
                    title="Effective gradient ratio")
     budgeted = next((run for run in runs if run["allocator"] != "uniform" and run["histograms"]), runs[0])

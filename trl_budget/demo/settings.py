@@ -30,6 +30,13 @@ class WarmStartSettings:
         return hashlib.sha1(json.dumps(described, sort_keys=True).encode()).hexdigest()[:12]
 
 
+# Reinforce-Ada at the generation cost of uniform GRPO with 8 rollouts per prompt (the third study's arms and the demo):
+# K = 4 trained of each prompt, 4 a round for every prompt still active, at most 512 generated per batch of 64 prompts.
+REINFORCE_ADA_TRAINED = 4
+REINFORCE_ADA_AT_EQUAL_COST = {"reinforce_ada_samples_per_round": 4, "reinforce_ada_max_rounds": 16,
+                               "reinforce_ada_max_generated": 512}
+
+
 @dataclass
 class RLSettings:
     """The RL run of the demo and of the allocator benchmark."""
