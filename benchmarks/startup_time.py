@@ -19,6 +19,7 @@ from pathlib import Path
 COMMANDS = {
     "trl-budget --help": [sys.executable, "-m", "trl_budget", "--help"],
     "trl-budget demo --help": [sys.executable, "-m", "trl_budget", "demo", "--help"],
+    "trl-budget grpo --help": [sys.executable, "-m", "trl_budget", "grpo", "--help"],
     "import trl_budget.allocators": [sys.executable, "-c", "import trl_budget.allocators"],
     "import trl_budget.tracker": [sys.executable, "-c", "import trl_budget.tracker"],
 }

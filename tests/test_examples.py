@@ -150,3 +150,44 @@ def test_two_process_launch_through_the_ddp_config(tiny_chat_model, gsm8k_file, 
                                   "4"), launcher=launcher)
     assert (tmp_path / "out" / "model.safetensors").exists()
     assert "Model saved" in result.stdout
+
+
+def test_trl_budget_grpo_runs_a_recipe_on_two_processes(tiny_chat_model, gsm8k_file, tmp_path):
+    # The shape of `trl grpo`: the paper's recipe, an accelerate config by path, accelerate's own flags, overrides.
+    result = subprocess.run(
+        [sys.executable, "-m", "trl_budget", "grpo", "--config", str(ROOT / "examples" / "knapsack_rl.yaml"),
+         "--accelerate_config", str(ROOT / "accelerate_configs" / "ddp.yaml"), "--num_processes", "2",
+         "--mixed_precision", "no",
+         *small_run(tiny_chat_model, gsm8k_file, tmp_path / "out", "--per_device_train_batch_size", "4",
+                    "--generation_batch_size", "8", "--gradient_accumulation_steps", "1")],
+        capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-5000:]
+    assert (tmp_path / "out" / "model.safetensors").exists() and "Model saved" in result.stdout
+    assert result.stdout.count("Pass rates:") == 1  # printed by the main process of the two
+
+
+def test_trl_budget_grpo_help_lists_the_budget_settings_without_importing_trl():
+    # `--help` answers at once: it reads the settings from the config's source, importing neither TRL nor torch.
+    code = ("import contextlib, io, sys; from trl_budget.cli import main; out = io.StringIO()\n"
+            "with contextlib.redirect_stdout(out): main(['grpo', '--help'])\n"
+            "print(sorted(name for name in ('torch', 'trl', 'transformers') if name in sys.modules)); "
+            "print(out.getvalue())")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    imported, text = result.stdout.split("\n", 1)
+    assert imported == "[]" and text.startswith("usage: trl-budget grpo")
+    from dataclasses import fields
+
+    from trl import GRPOConfig
+
+    from trl_budget import BudgetGRPOConfig
+
+    budget = {f.name for f in fields(BudgetGRPOConfig)} - {f.name for f in fields(GRPOConfig)}
+    assert budget and all(f"  --{name} " in text for name in budget)
+
+
+def test_trl_budget_grpo_refuses_a_bad_recipe_before_launching(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "trl_budget", "grpo", "--budget_allocator", "greedy", "--use_cpu",
+                             "--bf16", "false", "--output_dir", str(tmp_path)], capture_output=True, text=True,
+                            timeout=120, cwd=tmp_path)
+    assert result.returncode != 0 and "budget_allocator='greedy' is unknown" in result.stderr

@@ -1,4 +1,5 @@
-"""`trl-budget` command line: `trl-budget demo` runs the built-in demo."""
+"""`trl-budget` command line: `trl-budget demo` runs the built-in demo; `trl-budget grpo` runs a training recipe under
+`accelerate`, as `trl grpo` does."""
 
 from __future__ import annotations
 
@@ -96,6 +97,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--rebuild-cache", action="store_true", help="redo the warm start even if it is cached")
     demo.add_argument("--no-baseline", action="store_true", help="skip the uniform GRPO baseline run")
     demo.set_defaults(subparser=demo)  # whose usage line a usage error prints
+    commands.add_parser("grpo", add_help=False, help="train with BudgetGRPOTrainer under accelerate, as `trl grpo`: "
+                        "--config RECIPE.yaml, --accelerate_config NAME or PATH, --num_processes, every "
+                        "BudgetGRPOConfig field as a flag")
     return parser
 
 
@@ -155,7 +159,71 @@ def check_demo_folders(parser: argparse.ArgumentParser, options: argparse.Namesp
         _usable_folder(parser, "--cache-dir", options.cache_dir or default_cache_dir())
 
 
+GRPO_USAGE = """usage: trl-budget grpo [--config RECIPE.yaml] [--accelerate_config NAME|PATH] [--num_processes N]
+                       [accelerate launch options] [--FIELD VALUE ...]
+
+Runs trl_budget/scripts/grpo.py (math RLVR with BudgetGRPOTrainer: TRL's grpo.py with per-prompt budgets) under
+`accelerate launch`, as `trl grpo` runs TRL's. Flags the script does not know (--num_processes, --mixed_precision, ...)
+go to `accelerate launch`; --accelerate_config takes a file or the name of one of TRL's configs (zero3, ...). Every
+GRPOConfig, ModelConfig and script field is a flag as in `trl grpo` (script: --dataset_name, --reward_funcs,
+--dataset_format, --prompt_column, --solution_column, --instruction); the budget settings are:
+"""
+
+
+def grpo_help() -> str:
+    """`trl-budget grpo --help`: the usage and every budget setting, read from the config's source without importing
+    TRL or torch, so that it answers at once."""
+    import ast
+    import textwrap
+
+    tree = ast.parse((Path(__file__).with_name("config.py")).read_text())
+    config = next(node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "BudgetGRPOConfig")
+    lines = [GRPO_USAGE]
+    for statement in config.body:
+        if not (isinstance(statement, ast.AnnAssign) and isinstance(statement.value, ast.Call)):
+            continue
+        options = {keyword.arg: keyword.value for keyword in statement.value.keywords}
+        default, metadata = ast.literal_eval(options["default"]), ast.literal_eval(options["metadata"])
+        lines.append(f"  --{statement.target.id} {ast.unparse(statement.annotation)} (default: {default!r})")
+        lines += textwrap.wrap(metadata["help"], 110, initial_indent=" " * 6, subsequent_indent=" " * 6)
+    return "\n".join(lines)
+
+
+def run_grpo(arguments: list[str]) -> int:
+    """Parse the recipe as `trl grpo` does, and launch the training script under `accelerate`."""
+    if "-h" in arguments or "--help" in arguments:
+        print(grpo_help())
+        return 0
+    from accelerate.commands.launch import launch_command, launch_command_parser
+    from trl.cli.accelerate_config import resolve_accelerate_config_argument
+
+    from .scripts import grpo
+
+    parser = grpo.make_parser(prog="trl-budget grpo")
+    *_, config_remaining, cli_remaining = parser.parse_args_and_config(
+        arguments, return_remaining_strings=True, separate_remaining_strings=True)  # the recipe is checked here
+    launch_arguments = resolve_accelerate_config_argument(config_remaining + cli_remaining)
+    script_arguments = _without(arguments, cli_remaining)
+    launch_command(launch_command_parser().parse_args([*launch_arguments, grpo.__file__, *script_arguments]))
+    return 0
+
+
+def _without(arguments: list[str], taken: list[str]) -> list[str]:
+    """`arguments` without `taken`, an ordered subsequence of it (the flags that went to `accelerate launch`)."""
+    rest, pending = [], iter(taken)
+    current = next(pending, None)
+    for argument in arguments:
+        if current is not None and argument == current:
+            current = next(pending, None)
+        else:
+            rest.append(argument)
+    return rest
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["grpo"]:  # its flags are the recipe's and accelerate's: parsed by them, not here
+        return run_grpo(argv[1:])
     parser = build_parser()
     options = parser.parse_args(argv)
     if options.command == "demo":

@@ -42,8 +42,9 @@ class BudgetGRPOConfig(GRPOConfig):
         > Parameters that control the allocation
 
         budget_allocator (`str`, *optional*, defaults to `"knapsack"`):
-            Allocation rule: `"knapsack"` (Knapsack RL), `"coba"` (CoBA-RL), `"uniform"` (GRPO's equal split), another
-            name registered with `register_allocator`, or a dotted path to an allocator class
+            Allocation rule: `"knapsack"` (Knapsack RL), `"coba"` (CoBA-RL), `"uniform"` (GRPO's equal split),
+            `"reinforce_ada"` (Reinforce-Ada's rounds), another name registered with `register_allocator`, or a dotted
+            path to an allocator class
             (`"my_package.my_module:MyAllocator"`). Fields named `<allocator>_<option>` (`knapsack_fallback`, say) are
             passed to its constructor as `<option>`. Ignored when an `allocator` object is passed to the trainer.
         budget_allocator_kwargs (`dict`, `str` or `None`, *optional*, defaults to `None`):
@@ -180,9 +181,9 @@ class BudgetGRPOConfig(GRPOConfig):
     budget_allocator: str = field(
         default="knapsack",
         metadata={
-            "help": "Allocation rule: 'knapsack' (Knapsack RL), 'coba' (CoBA-RL), 'uniform' (GRPO's equal split), a "
-            "name registered with register_allocator, or a dotted path 'my_package.my_module:MyAllocator'. Ignored "
-            "when an `allocator` object is passed to the trainer.",
+            "help": "Allocation rule: 'knapsack' (Knapsack RL), 'coba' (CoBA-RL), 'uniform' (GRPO's equal split), "
+            "'reinforce_ada' (Reinforce-Ada's rounds), a name registered with register_allocator, or a dotted path "
+            "'my_package.my_module:MyAllocator'. Ignored when an `allocator` object is passed to the trainer.",
         },
     )
     budget_allocator_kwargs: dict | str | None = field(

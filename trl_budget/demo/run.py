@@ -205,13 +205,13 @@ class _Recorder(TrainerCallback):
         self._evaluate(state, model)
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
-        if state.global_step % self.settings.eval_every == 0 or state.global_step == state.max_steps:
-            self._evaluate(state, model)
         plan = self.trainer.last_rollout_plan
-        if plan is not None and plan is not self._last_plan:  # a new generation batch
+        if plan is not None and plan is not self._last_plan:  # a new generation batch, generated for this step
             self._since_last_mark += plan.counts.tolist()
             self._generated += sum(plan.round_rows)
             self._last_plan = plan
+        if state.global_step % self.settings.eval_every == 0 or state.global_step == state.max_steps:
+            self._evaluate(state, model)
         if state.global_step in self.settings.histogram_steps:
             self.histograms[state.global_step] = self._since_last_mark
             self._since_last_mark = []
