@@ -60,14 +60,15 @@ from pathlib import Path
 import numpy as np
 
 from trl_budget.demo.run import run_rl, warm_start
-from trl_budget.demo.run_cache import cached_run, stored_run
+from trl_budget.demo.run_cache import NotStored, cached_run, stored_run
 from trl_budget.demo.settings import RLSettings, WarmStartSettings
 from trl_budget.demo.study_stats import (
-    holm,
+    corrected_family,
+    mean_after,
     minimal_detectable_effect,
-    paired_interval,
+    paired_comparison,
     rollouts_to_match,
-    sign_flip_p_value,
+    study_metric,
 )
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -129,10 +130,6 @@ def column_prior(quick: bool) -> dict[str, float]:
     return {problem["prompt"]: float(rate) for problem, rate in zip(train, rates)}
 
 
-class NotStored(Exception):
-    """A run asked for with training off, and not in the run cache."""
-
-
 def study_run(label: str, seed: int, quick: bool, run_cache: Path, train: bool = True) -> tuple[dict, bool]:
     """One run of the study, stored (or read back) under its settings and seed; single-threaded, for a process pool.
 
@@ -166,9 +163,8 @@ METRIC = "greedy held-out accuracy, mean of the last three evaluations"
 
 
 def metric(run: dict, name: str = "accuracy") -> float:
-    """The study's metric (`METRIC`); with `name` a level's (`level_3`), on the same three evaluations. Only trained
-    points count: a short run (`--quick`) never averages in the untrained start."""
-    return float(np.mean([point[name] for point in run["curve"] if point["step"] > 0][-3:]))
+    """The study's metric (`METRIC`); with `name` a level's (`level_3`), on the same three evaluations."""
+    return study_metric(run, name)
 
 
 def paired_seeds(runs: dict, label: str, seeds: list[int]) -> list[int]:
@@ -180,11 +176,6 @@ def first_epoch_batches(settings: RLSettings) -> int:
     """Generation batches before any prompt comes back: TRL's sampler fills whole batches only and drops the rest of
     an epoch (23 in the study: 1 500 prompts, 64 per batch, the last 28 dropped)."""
     return settings.train_prompts // settings.prompts_per_step
-
-
-def after_first_epoch(run: dict, name: str, skip: int) -> float:
-    values = [value for value in run[name][skip:] if value is not None]
-    return float(np.mean(values)) if values else float("nan")
 
 
 def job_order(seeds: range) -> list[tuple[str, int]]:
@@ -203,21 +194,15 @@ def per_level(runs: dict, label: str, seeds: list[int]) -> dict[str, float]:
 
 def compare(runs: dict, label: str, seeds: list[int]) -> dict:
     """`label` minus uniform on the seeds both have: paired mean, 95% interval, sign-flip p-value."""
-    paired = paired_seeds(runs, label, seeds)
-    differences = np.array([metric(runs[label, s]) - metric(runs[BASELINE, s]) for s in paired])
-    if len(paired) < 2:
-        return {"seeds": len(paired), "complete": False}
-    diff, ci = paired_interval(differences)
-    return {"seeds": len(paired), "complete": len(paired) == len(seeds), "diff": diff, "ci95": ci,
-            "paired_sd": float(differences.std(ddof=1)), "p": sign_flip_p_value(differences),
-            "differences": differences.tolist()}
+    differences = [metric(runs[label, s]) - metric(runs[BASELINE, s]) for s in paired_seeds(runs, label, seeds)]
+    return paired_comparison(differences, len(seeds))
 
 
 def mechanism(runs: dict, label: str, seeds: list[int], skip: int) -> dict:
     """What the variant did with its rollouts over the allocated batches (after the first `skip`), mean over seeds."""
     group = [runs[label, s] for s in seeds if (label, s) in runs]
     uniform = [runs[BASELINE, s] for s in paired_seeds(runs, label, seeds)]
-    figure = lambda name, runs_: float(np.mean([after_first_epoch(run, name, skip) for run in runs_]))  # noqa: E731
+    figure = lambda name, runs_: float(np.mean([mean_after(run, name, skip) for run in runs_]))  # noqa: E731
     row = {name: figure(name, group) for name in ("effective_ratio", "prompts_with_gradient", "top_prompt_loss_share")}
     if uniform and label != DOUBLED:
         row["effective_ratio_vs_uniform"] = row["effective_ratio"] / figure("effective_ratio", uniform)
@@ -248,11 +233,8 @@ def summarize(runs: dict, seeds: list[int], skip: int) -> dict:
                 [metric(runs[label, s]) for s in both], budget_rollouts)
         variants[label] = row
     complete = [label for label in SECONDARY if variants.get(label, {}).get("vs_uniform", {}).get("complete")]
-    family = holm({label: variants[label]["vs_uniform"]["p"] for label in complete})
+    family = corrected_family({label: variants[label]["vs_uniform"] for label in complete})
     for label, test in family.items():
-        differences = variants[label]["vs_uniform"]["differences"]
-        test["ci_holm"] = paired_interval(differences, test["level"])[1]
-        test["ci_bonferroni"] = paired_interval(differences, test["level_bonferroni"])[1]
         variants[label]["vs_uniform"]["holm"] = test
     primary = variants.get(PRIMARY, {}).get("vs_uniform", {})
     gate = variants.get(DOUBLED, {}).get("vs_uniform", {})

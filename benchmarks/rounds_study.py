@@ -58,10 +58,11 @@ from pathlib import Path
 import numpy as np
 
 from trl_budget.demo.run import run_rl, warm_start
-from trl_budget.demo.run_cache import cached_run, stored_run
+from trl_budget.demo.run_cache import NotStored, cached_run, stored_run
 from trl_budget.demo.settings import (REINFORCE_ADA_AT_EQUAL_COST, REINFORCE_ADA_TRAINED, RLSettings,
                                       WarmStartSettings)
-from trl_budget.demo.study_stats import holm, minimal_detectable_effect, paired_interval, sign_flip_p_value
+from trl_budget.demo.study_stats import (corrected_family, mean_after, minimal_detectable_effect, paired_comparison,
+                                         study_metric)
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SEEDS = range(40, 60)
@@ -107,10 +108,6 @@ def arm_settings(label: str, quick: bool) -> RLSettings:
     return replace(settings, num_generations=num_generations, max_generations=most)
 
 
-class NotStored(Exception):
-    """A run asked for with training off, and not in the run cache."""
-
-
 def study_run(label: str, seed: int, quick: bool, run_cache: Path, train: bool = True) -> dict:
     """One run, stored (or read back) under its settings and seed; single-threaded, for a process pool."""
     import torch
@@ -144,14 +141,7 @@ def job_order(seeds) -> list[tuple[str, int]]:
 # ------------------------------------------------------------------------------------------------------ the figures
 
 
-def metric(run: dict) -> float:
-    """The study's metric (`METRIC`), on trained points only."""
-    return float(np.mean([point["accuracy"] for point in run["curve"] if point["step"] > 0][-3:]))
-
-
-def after_first_epoch(run: dict, name: str, skip: int) -> float:
-    values = [value for value in run[name][skip:] if value is not None]
-    return float(np.mean(values)) if values else float("nan")
+metric = study_metric
 
 
 def per_seed_mechanism(run: dict, skip: int) -> dict:
@@ -159,22 +149,13 @@ def per_seed_mechanism(run: dict, skip: int) -> dict:
     trained = np.array([value for value in run["trained_rollouts"][skip:]], dtype=float) if any(
         value is not None for value in run["trained_rollouts"]) else None
     rows = float(np.mean(trained)) if trained is not None else float(run["rollouts_per_step"] * 8)
-    generated = after_first_epoch(run, "generated_rollouts", skip)
-    return {"gradient_rollouts": after_first_epoch(run, "effective_ratio", skip) * rows,
-            "coverage": after_first_epoch(run, "prompts_with_gradient", skip),
-            "top_prompt_loss_share": after_first_epoch(run, "top_prompt_loss_share", skip),
+    generated = mean_after(run, "generated_rollouts", skip)
+    return {"gradient_rollouts": mean_after(run, "effective_ratio", skip) * rows,
+            "coverage": mean_after(run, "prompts_with_gradient", skip),
+            "top_prompt_loss_share": mean_after(run, "top_prompt_loss_share", skip),
             "generated_per_trained": (generated if np.isfinite(generated) else rows) / rows,
-            "rounds": after_first_epoch(run, "rounds", skip) if any(r is not None for r in run["rounds"]) else 1.0,
+            "rounds": mean_after(run, "rounds", skip) if any(r is not None for r in run["rounds"]) else 1.0,
             "seconds": run["seconds"]}
-
-
-def compare(differences: np.ndarray, seeds: int) -> dict:
-    if differences.size < 2:
-        return {"seeds": int(differences.size), "complete": False}
-    diff, ci = paired_interval(differences)
-    return {"seeds": int(differences.size), "complete": int(differences.size) == seeds, "diff": diff, "ci95": ci,
-            "paired_sd": float(differences.std(ddof=1)), "p": sign_flip_p_value(differences),
-            "differences": differences.tolist()}
 
 
 def extrapolated(x: float, xs: np.ndarray, ys: np.ndarray) -> float:
@@ -236,15 +217,12 @@ def summarize(runs: dict, seeds: list[int], skip: int) -> dict:
                **{name: float(np.mean([f[name] for f in figures])) for name in figures[0]}}
         if label != BASELINE:
             paired = [s for s in have if (BASELINE, s) in runs]
-            row["vs_uniform_n8"] = compare(np.array([metric(runs[label, s]) - metric(runs[BASELINE, s])
-                                                     for s in paired]), len(seeds))
+            row["vs_uniform_n8"] = paired_comparison([metric(runs[label, s]) - metric(runs[BASELINE, s])
+                                                      for s in paired], len(seeds))
         arms[label] = row
     complete = [label for label in SECONDARY if arms.get(label, {}).get("vs_uniform_n8", {}).get("complete")]
-    family = holm({label: arms[label]["vs_uniform_n8"]["p"] for label in complete})
+    family = corrected_family({label: arms[label]["vs_uniform_n8"] for label in complete})
     for label, test in family.items():
-        differences = arms[label]["vs_uniform_n8"]["differences"]
-        test["ci_holm"] = paired_interval(differences, test["level"])[1]
-        test["ci_bonferroni"] = paired_interval(differences, test["level_bonferroni"])[1]
         arms[label]["vs_uniform_n8"]["holm"] = test
     primary = arms.get(PRIMARY, {}).get("vs_uniform_n8", {})
     gate = arms.get(ROOM, {}).get("vs_uniform_n8", {})

@@ -70,9 +70,6 @@ class GeneratedRounds:
     def counts_per_round(self) -> tuple[np.ndarray, ...]:
         return tuple(generated.counts for generated in self.rounds)
 
-    def counts_per_round(self) -> tuple[np.ndarray, ...]:
-        return tuple(generated.counts for generated in self.rounds)
-
     def mixed(self) -> np.ndarray:
         """Prompts whose rollouts so far hold a success and a failure."""
         return (self.wins > 0) & (self.wins < self.trials)

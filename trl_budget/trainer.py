@@ -229,31 +229,6 @@ class BudgetGRPOTrainer(GRPOTrainer):
             raise RuntimeError(f"{what} failed on the main process, so every process stops: {error}")
         return result
 
-    def _generate_stage(self, prompts: list[dict[str, Any]], stage_counts: np.ndarray, seed: int, trl_layout: bool):
-        """TRL's generation and scoring of `stage_counts[i]` rollouts of each prompt, dealt over the processes.
-
-        Returns this process's output, the stage's slot of every row (process by process), and the gathered rewards.
-        With `trl_layout` the rows are TRL's own (equal groups of `num_generations`, in order), so TRL's advantages
-        are kept; otherwise TRL groups nothing, and the advantages are computed afterwards over the plan's groups.
-        """
-        order = balanced_slot_order(stage_counts, self.accelerator.num_processes, seed)
-        prompt_of_slot = np.repeat(np.arange(len(prompts)), stage_counts)
-        local = len(order) // self.accelerator.num_processes
-        rank = self.accelerator.process_index
-        mine = [prompts[prompt_of_slot[slot]] for slot in order[rank * local : (rank + 1) * local]]
-        if trl_layout:
-            output = super()._generate_and_score_completions(mine)
-        else:
-            # TRL views the stage's rewards as groups of num_generations (`rewards.view(-1, num_generations)`), which
-            # fails when a stage's row count is no multiple of it (a probe of 2 rollouts from 3 prompts: 6 rows, 4 per
-            # group). Its groups are discarded anyway, so it groups each row alone while it scores the stage.
-            self.num_generations = 1
-            try:
-                output = super()._generate_and_score_completions(mine)
-            finally:
-                self.num_generations = self.args.num_generations
-        return output, order, self._gathered_rewards
-
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         # Keeps the gathered rewards so that advantages can be recomputed over variable-size groups. A reward function
         # that raises on one process only would leave the others waiting in TRL's gather (its last statement), and an

@@ -55,6 +55,10 @@ def cached_run(folder: Path, name: str, settings: dict[str, Any], compute: Calla
     return {"settings": settings, "result": result}, False
 
 
+class NotStored(Exception):
+    """A study's run asked for with training off, and not in the run cache."""
+
+
 def stored_run(folder: Path, name: str, settings: dict[str, Any]) -> dict | None:
     """The stored run of `name` with these settings, trained by the current code or by an earlier one (a study's
     figures are recomputed from the runs it trained, whatever changed in the package since); None if there is none.

@@ -98,6 +98,41 @@ def holm(p_values: dict[str, float], alpha: float = 0.05) -> dict[str, dict]:
     return result
 
 
+def paired_comparison(differences, seeds: int) -> dict:
+    """A variant minus the baseline over paired seeds: mean, 95% t interval, exact sign-flip p, paired SD; `complete`
+    when every one of the study's `seeds` is paired."""
+    differences = np.asarray(differences, dtype=np.float64)
+    if differences.size < 2:
+        return {"seeds": int(differences.size), "complete": False}
+    diff, ci = paired_interval(differences)
+    return {"seeds": int(differences.size), "complete": int(differences.size) == seeds, "diff": diff, "ci95": ci,
+            "paired_sd": float(differences.std(ddof=1)), "p": sign_flip_p_value(differences),
+            "differences": differences.tolist()}
+
+
+def corrected_family(comparisons: dict[str, dict]) -> dict[str, dict]:
+    """Holm's correction over a family of `paired_comparison`s, each test with its interval at its Holm step's level
+    (`ci_holm`) and at the Bonferroni level (`ci_bonferroni`, simultaneous)."""
+    family = holm({label: comparison["p"] for label, comparison in comparisons.items()})
+    for label, test in family.items():
+        differences = comparisons[label]["differences"]
+        test["ci_holm"] = paired_interval(differences, test["level"])[1]
+        test["ci_bonferroni"] = paired_interval(differences, test["level_bonferroni"])[1]
+    return family
+
+
+def study_metric(run: dict, name: str = "accuracy") -> float:
+    """The studies' metric: the mean of a run's last three evaluations (`name`: overall or a level's), on trained
+    points only, so that a short run never averages in its untrained start."""
+    return float(np.mean([point[name] for point in run["curve"] if point["step"] > 0][-3:]))
+
+
+def mean_after(run: dict, name: str, skip: int) -> float:
+    """The mean of a run's per-batch figure `name` over its batches after the first `skip` (NaN if none)."""
+    values = [value for value in run[name][skip:] if value is not None]
+    return float(np.mean(values)) if values else float("nan")
+
+
 def trailing_mean(values, window: int = 3) -> np.ndarray:
     """Each point's mean with the points before it, `window` in all (fewer at the start): the study's metric along a
     curve, so that a curve is compared with a final figure on the same footing."""
