@@ -49,18 +49,17 @@ code trained it (a secondary with fewer seeds is marked incomplete). Writes benc
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, replace
 from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 
+from trl_budget.demo.report import comparison_cells
 from trl_budget.demo.run import run_rl, warm_start
-from trl_budget.demo.run_cache import NotStored, cached_run, stored_run
+from trl_budget.demo.run_cache import NotStored, cached_run, stored_run, study_arguments, study_runs
 from trl_budget.demo.settings import RLSettings, WarmStartSettings
 from trl_budget.demo.study_stats import (
     corrected_family,
@@ -130,7 +129,7 @@ def column_prior(quick: bool) -> dict[str, float]:
     return {problem["prompt"]: float(rate) for problem, rate in zip(train, rates)}
 
 
-def study_run(label: str, seed: int, quick: bool, run_cache: Path, train: bool = True) -> tuple[dict, bool]:
+def study_run(label: str, seed: int, quick: bool, run_cache: Path, train: bool = True) -> dict:
     """One run of the study, stored (or read back) under its settings and seed; single-threaded, for a process pool.
 
     With `train` off, a run that is not stored raises `NotStored` instead of training.
@@ -155,8 +154,8 @@ def study_run(label: str, seed: int, quick: bool, run_cache: Path, train: bool =
         stored = stored_run(run_cache, f"study-{label}-{seed}", key)
         if stored is None:
             raise NotStored(f"{label} seed {seed}")
-        return stored, True
-    return cached_run(run_cache, f"study-{label}-{seed}", key, train_it)
+        return stored
+    return cached_run(run_cache, f"study-{label}-{seed}", key, train_it)[0]
 
 
 METRIC = "greedy held-out accuracy, mean of the last three evaluations"
@@ -310,28 +309,10 @@ def plot(summary: dict, path: Path) -> None:
 
 
 def main(argv=None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--stored-only", action="store_true", help="summarise the stored runs; train nothing")
-    parser.add_argument("--quick", action="store_true", help="a smoke run: 2 seeds, 16 updates, a small pool")
-    parser.add_argument("--processes", type=int, default=2, help="runs trained at once (default: 2)")
-    parser.add_argument("--output-dir", type=Path, default=RESULTS, help="default: benchmarks/results")
-    args = parser.parse_args(argv)
+    args = study_arguments(__doc__, RESULTS, argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     seeds = range(2 if args.quick else SEEDS)
-    run_cache = args.output_dir / "run_cache"
-    jobs = job_order(seeds)
-    if args.stored_only:
-        stored = {}
-        for job in jobs:
-            try:
-                stored[job] = study_run(*job, args.quick, run_cache, train=False)
-            except NotStored:
-                pass
-    else:
-        with ProcessPoolExecutor(args.processes) as pool:
-            stored = dict(zip(jobs, pool.map(study_run, *zip(*jobs), [args.quick] * len(jobs),
-                                             [run_cache] * len(jobs))))
-    runs = {job: result["result"] for job, (result, _) in stored.items()}
+    runs = {job: stored["result"] for job, stored in study_runs(job_order(seeds), study_run, args).items()}
     summary = summarize(runs, list(seeds), first_epoch_batches(study_settings(BASELINE, args.quick)[1]))
     summary["preregistered"] = {"seeds": len(seeds), "budget_updates": BUDGET, "primary": f"{PRIMARY} - {BASELINE}",
                                 "secondary": SECONDARY, "pilot_candidate": PILOT_CANDIDATE,
@@ -354,21 +335,14 @@ def markdown_table(summary: dict) -> str:
              "rollouts with a gradient (vs uniform) | prompts with a gradient | largest prompt's loss share | tokens "
              "vs uniform | uniform's rollouts to match |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for label, row in summary["variants"].items():
-        comparison = row.get("vs_uniform", {})
-        diff = "—" if comparison.get("diff") is None else (
-            f"{comparison['diff'] * 100:+.2f} [{comparison['ci95'][0] * 100:+.2f}, {comparison['ci95'][1] * 100:+.2f}]")
-        test = comparison.get("holm")
-        holm_text = "—" if test is None else (f"[{test['ci_holm'][0] * 100:+.2f}, {test['ci_holm'][1] * 100:+.2f}], "
-                                              f"p {test['p_holm']:.3f}")
-        bonferroni = "—" if test is None else (f"[{test['ci_bonferroni'][0] * 100:+.2f}, "
-                                               f"{test['ci_bonferroni'][1] * 100:+.2f}]")
-        p_text = "—" if comparison.get("p") is None else f"{comparison['p']:.4f}"
+        cells = comparison_cells(row.get("vs_uniform", {}))
         match = row.get("uniform_rollouts_to_match")
         match_text = "—" if match is None else (
             f"{match['ratio']:.2f}×" if match["ratio"] is not None else f"> {match['longest_ratio']:.0f}×") + (
             "" if match is None else " [" + ", ".join("—" if v is None else f"{v:.2f}" for v in match["ci95"]) + "]")
         lines.append(
-            f"| {label} | {row['seeds']} | {row['metric_mean']:.4f} | {diff} | {p_text} | {holm_text} | {bonferroni} | "
+            f"| {label} | {row['seeds']} | {row['metric_mean']:.4f} | {cells['diff']} | {cells['p']} | {cells['holm']} | "
+            f"{cells['bonferroni']} | "
             f"{row['effective_ratio']:.3f} ({row.get('effective_ratio_vs_uniform', 1.0):.2f}×) | "
             f"{row['prompts_with_gradient']:.3f} | {row['top_prompt_loss_share']:.3f} | "
             f"{row.get('completion_tokens_vs_uniform', 1.0):.3f} | {match_text} |")

@@ -48,17 +48,16 @@ results/rounds_study.json and results/rounds_study.png.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
 
+from trl_budget.demo.report import comparison_cells
 from trl_budget.demo.run import run_rl, warm_start
-from trl_budget.demo.run_cache import NotStored, cached_run, stored_run
+from trl_budget.demo.run_cache import NotStored, cached_run, stored_run, study_arguments, study_runs
 from trl_budget.demo.settings import (REINFORCE_ADA_AT_EQUAL_COST, REINFORCE_ADA_TRAINED, RLSettings,
                                       WarmStartSettings)
 from trl_budget.demo.study_stats import (corrected_family, mean_after, minimal_detectable_effect, paired_comparison,
@@ -301,45 +300,23 @@ def plot(summary: dict, path: Path) -> None:
 
 
 def markdown_table(summary: dict) -> str:
-    lines = ["| arm | seeds | metric | minus uniform-n8 (95% CI) | exact p | Bonferroni CI, Holm p | rollouts with a "
-             "gradient per batch | coverage | largest prompt's loss share | generated per trained | rounds per batch "
-             "| seconds per run |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| arm | seeds | metric | minus uniform-n8 (95% CI) | exact p | Bonferroni CI | Holm step's CI, Holm p | "
+             "rollouts with a gradient per batch | coverage | largest prompt's loss share | generated per trained | "
+             "rounds per batch | seconds per run |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for label, row in summary["arms"].items():
-        comparison = row.get("vs_uniform_n8", {})
-        diff = "—" if comparison.get("diff") is None else (
-            f"{comparison['diff'] * 100:+.2f} [{comparison['ci95'][0] * 100:+.2f}, {comparison['ci95'][1] * 100:+.2f}]")
-        p = "—" if comparison.get("p") is None else f"{comparison['p']:.4f}"
-        test = comparison.get("holm")
-        corrected = "—" if test is None else (f"[{test['ci_bonferroni'][0] * 100:+.2f}, "
-                                              f"{test['ci_bonferroni'][1] * 100:+.2f}], {test['p_holm']:.3f}")
-        lines.append(f"| {label} | {row['seeds']} | {row['metric_mean']:.4f} | {diff} | {p} | {corrected} | "
+        cells = comparison_cells(row.get("vs_uniform_n8", {}))
+        lines.append(f"| {label} | {row['seeds']} | {row['metric_mean']:.4f} | {cells['diff']} | {cells['p']} | "
+                     f"{cells['bonferroni']} | {cells['holm']} | "
                      f"{row['gradient_rollouts']:.0f} | {row['coverage']:.3f} | {row['top_prompt_loss_share']:.3f} | "
                      f"{row['generated_per_trained']:.2f} | {row['rounds']:.1f} | {row['seconds']:.0f} |")
     return "\n".join(lines)
 
 
 def main(argv=None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--stored-only", action="store_true", help="summarise the stored runs; train nothing")
-    parser.add_argument("--quick", action="store_true", help="a smoke run: 2 seeds, 16 updates, a small pool")
-    parser.add_argument("--processes", type=int, default=2, help="runs trained at once (default: 2)")
-    parser.add_argument("--output-dir", type=Path, default=RESULTS, help="default: benchmarks/results")
-    args = parser.parse_args(argv)
+    args = study_arguments(__doc__, RESULTS, argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     seeds = list(SEEDS)[:2] if args.quick else list(SEEDS)
-    run_cache = args.output_dir / "run_cache"
-    jobs = job_order(seeds)
-    if args.stored_only:
-        runs = {}
-        for job in jobs:
-            try:
-                runs[job] = study_run(*job, args.quick, run_cache, train=False)["result"]
-            except NotStored:
-                pass
-    else:
-        with ProcessPoolExecutor(args.processes) as pool:
-            stored = pool.map(study_run, *zip(*jobs), [args.quick] * len(jobs), [run_cache] * len(jobs))
-            runs = {job: result["result"] for job, result in zip(jobs, stored)}
+    runs = {job: stored["result"] for job, stored in study_runs(job_order(seeds), study_run, args).items()}
     summary = summarize(runs, seeds, 1 if args.quick else FIRST_EPOCH)
     summary["preregistered"] = {"seeds": [seeds[0], seeds[-1]], "budget_updates": BUDGET, "arms": ARMS,
                                 "primary": f"{PRIMARY} - {BASELINE}", "secondary": SECONDARY,

@@ -94,6 +94,22 @@ def format_table(summary: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
+def comparison_cells(comparison: dict) -> dict[str, str]:
+    """A study's comparison as table cells, in points: the difference with its 95% interval, the exact p, the Holm
+    step's interval with the Holm p, and the Bonferroni interval ("—" where there is none)."""
+    def interval(bounds) -> str:
+        return f"[{bounds[0] * 100:+.2f}, {bounds[1] * 100:+.2f}]"
+
+    test = comparison.get("holm")
+    return {
+        "diff": "—" if comparison.get("diff") is None else f"{comparison['diff'] * 100:+.2f} "
+                                                           f"{interval(comparison['ci95'])}",
+        "p": "—" if comparison.get("p") is None else f"{comparison['p']:.4f}",
+        "holm": "—" if test is None else f"{interval(test['ci_holm'])}, p {test['p_holm']:.3f}",
+        "bonferroni": "—" if test is None else interval(test["ci_bonferroni"]),
+    }
+
+
 def accuracy_label(eval_samples: int, temperature: float) -> str:
     """What the accuracy curves measure (`RLSettings.eval_samples`): greedy answers, or the mean of sampled ones."""
     if eval_samples == 0:

@@ -75,3 +75,34 @@ def stored_run(folder: Path, name: str, settings: dict[str, Any]) -> dict | None
         raise ValueError(f"{len(matches)} stored runs of {name} in {folder} have these settings (trained by different "
                          "code); keep the one the study used and remove the others.")
     return matches[0] if matches else None
+
+
+def study_arguments(description: str, results: Path, argv=None):
+    """The command line every study script takes: --stored-only, --quick, --processes, --output-dir."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--stored-only", action="store_true", help="summarise the stored runs; train nothing")
+    parser.add_argument("--quick", action="store_true", help="a smoke run: 2 seeds, 16 updates, a small pool")
+    parser.add_argument("--processes", type=int, default=2, help="runs trained at once (default: 2)")
+    parser.add_argument("--output-dir", type=Path, default=results, help=f"default: {results}")
+    return parser.parse_args(argv)
+
+
+def study_runs(jobs: list[tuple], study_run: Callable, options) -> dict:
+    """Each job's stored result: `study_run(*job, quick, run_cache, train=...)` for every job, trained where not stored
+    (`options.processes` at a time), or only read back with `--stored-only` (a job not stored is left out)."""
+    run_cache = options.output_dir / "run_cache"
+    if options.stored_only:
+        stored = {}
+        for job in jobs:
+            try:
+                stored[job] = study_run(*job, options.quick, run_cache, train=False)
+            except NotStored:
+                pass
+        return stored
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(options.processes) as pool:
+        return dict(zip(jobs, pool.map(study_run, *zip(*jobs), [options.quick] * len(jobs),
+                                       [run_cache] * len(jobs))))
