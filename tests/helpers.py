@@ -49,7 +49,8 @@ def config_kwargs(output_dir, **overrides):
 def make_trainer(output_dir, tokenizer, *, reward_funcs=parity_reward, dataset=None, model=None,
                  trainer_class=BudgetGRPOTrainer, **options):
     """The trainer on the tiny model and data; `options` are config settings or trainer keyword arguments."""
-    trainer_options = {name: options.pop(name) for name in ("allocator", "tracker", "peft_config", "eval_dataset")
+    trainer_options = {name: options.pop(name) for name in ("allocator", "tracker", "peft_config", "eval_dataset",
+                                                            "rollout_func", "environment_factory", "tools")
                        if name in options}
     return trainer_class(
         model=model if model is not None else build_tiny_model(tokenizer),
@@ -70,3 +71,29 @@ def assert_parameters_changed(before: dict[str, torch.Tensor], trainer) -> None:
     for name, parameter in trainer.model.named_parameters():
         if parameter.requires_grad:
             assert not torch.equal(before[name], parameter), f"parameter {name} did not change"
+
+
+# The markers of TRL's qwen3 chat template, each one token of a character tokenizer.
+QWEN3_MARKERS = ("<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>",
+                 "<think>", "</think>")
+
+
+def build_chat_tokenizer(alphabet: str = ALPHABET):
+    """A character tokenizer carrying TRL's own qwen3 chat template (which TRL accepts for environments and tools),
+    its markers as special tokens, `<|im_end|>` as the end of a turn."""
+    import importlib.resources
+
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {token: index for index, token in enumerate(("<|endoftext|>", *QWEN3_MARKERS))}
+    for char in dict.fromkeys(alphabet + "abcdefghijklmnopqrstuvwxyz_<>|/\n:"):
+        vocab.setdefault(char, len(vocab))
+    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<|endoftext|>"))
+    backend.pre_tokenizer = pre_tokenizers.Split("", behavior="isolated")
+    backend.decoder = decoders.Fuse()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<|endoftext|>", eos_token="<|im_end|>",
+                                        unk_token="<|endoftext|>", padding_side="left",
+                                        additional_special_tokens=list(QWEN3_MARKERS))
+    tokenizer.chat_template = importlib.resources.files("trl.chat_templates").joinpath("qwen3.jinja").read_text()
+    return tokenizer

@@ -299,7 +299,7 @@ def test_tools_are_refused(tmp_path, tokenizer):
         """
         return a + b
 
-    with pytest.raises(ValueError, match="does not support `tools`"):
+    with pytest.raises(ValueError, match=r"does not support tool calls yet \(tools=\['add'\]\)"):
         BudgetGRPOTrainer(model=build_tiny_model(tokenizer), reward_funcs=parity_reward, tools=[add],
                           args=BudgetGRPOConfig(**config_kwargs(tmp_path)), train_dataset=make_dataset())
 

@@ -12,6 +12,7 @@ Tested with TRL 1.16.0: the overrides below rely on internals of that release (`
 
 from __future__ import annotations
 
+import inspect
 import os
 import time
 from typing import Any
@@ -106,14 +107,9 @@ class BudgetGRPOTrainer(GRPOTrainer):
             args = BudgetGRPOConfig(f"{str(model_name).split('/')[-1]}-BudgetGRPO")
         elif not isinstance(args, BudgetGRPOConfig):
             args = BudgetGRPOConfig.from_grpo_config(args)
-        for unsupported in ("tools", "rollout_func", "environment_factory"):
-            if kwargs.get(unsupported) is not None:
-                raise ValueError(
-                    f"BudgetGRPOTrainer does not support `{unsupported}` yet: its rollouts are not one completion per "
-                    "prompt row, which per-prompt budgets rely on. Use GRPOTrainer for this run."
-                )
         refuse_seeded_vllm_generation(args)
         train_dataset = kwargs.get("train_dataset", positional[0] if positional else None)
+        check_agent_options(kwargs.get("tools"), kwargs.get("environment_factory"), train_dataset, args)
         check_prompt_id_column(args.prompt_id_column, train_dataset)
         check_prior_columns(args, train_dataset)
         self.allocator = allocator if allocator is not None else args.make_allocator()
@@ -158,6 +154,11 @@ class BudgetGRPOTrainer(GRPOTrainer):
 
     def _prompt_identity(self, row: dict[str, Any]) -> Any:
         column = self.args.prompt_id_column
+        if column is None and "prompt" not in row:
+            raise KeyError(
+                f"A training row has no `prompt` (its columns: {sorted(row)}), as rows routed to environments may "
+                "not; per-prompt budgets need to key it. Set prompt_id_column to a column that identifies the prompt."
+            )
         if column is None:
             images = next((row[name] for name in IMAGE_COLUMNS if row.get(name) is not None), None)
             # Images in their own column are part of the prompt: the same text with another image is another prompt.
@@ -635,6 +636,40 @@ def refuse_seeded_vllm_generation(args: BudgetGRPOConfig) -> None:
             "completion: BudgetGRPOTrainer sends each rollout slot to vLLM as its own prompt with n=1, and vLLM seeds "
             "each such prompt alike, so every group would have zero advantage. Remove 'seed' from "
             "generation_kwargs; `seed` in the config still fixes the data order and initialisation."
+        )
+
+
+def check_agent_options(tools, environment_factory, dataset, args: BudgetGRPOConfig) -> None:
+    """What per-prompt budgets support of TRL's agent training: `rollout_func`, and environments that own the reward,
+    keyed by their dataset rows. Tool calls are refused for now."""
+    factories = environment_factory if isinstance(environment_factory, dict) else {None: environment_factory}
+    environments_with_tools = {
+        name: sorted(member for member, _ in inspect.getmembers(type(factory()), predicate=inspect.isfunction)
+                     if member not in ("reset", "get_reward") and not member.startswith("_"))
+        for name, factory in factories.items() if factory is not None
+    }
+    called = {name: methods for name, methods in environments_with_tools.items() if methods}
+    if tools or called:
+        offered = f"tools={[getattr(tool, '__name__', tool) for tool in tools]}" if tools else (
+            f"environment methods {called} (TRL exposes an environment's public methods as tools)")
+        raise ValueError(
+            f"BudgetGRPOTrainer does not support tool calls yet ({offered}): rollouts that call tools under "
+            "per-prompt budgets are not tested. Use GRPOTrainer for tool calling; environments that only reset and "
+            "score (`reset`, `get_reward`, private methods) and `rollout_func` are supported."
+        )
+    if environment_factory is not None and dataset is None:
+        raise ValueError(
+            "environment_factory without a train_dataset: TRL then feeds identical placeholder prompts, so per-prompt "
+            "budgets cannot tell the prompts apart. Pass a train_dataset whose rows identify their prompt (a `prompt` "
+            "column, or an id column named by prompt_id_column)."
+        )
+    names = getattr(dataset, "column_names", None)
+    if environment_factory is not None and names is not None and "prompt" not in names and (
+            args.prompt_id_column is None):
+        raise ValueError(
+            f"The training dataset's rows have no `prompt` (columns: {sorted(names)}): each environment supplies its "
+            "prompt at reset, so per-prompt budgets need another way to key a row. Set prompt_id_column to a column "
+            "that identifies the prompt each row stands for."
         )
 
 
