@@ -4,6 +4,7 @@
     multiprocess_run.py OUTPUT_DIR knapsack-probe     # with a probe stage of 2 rollouts per prompt
     multiprocess_run.py OUTPUT_DIR uniform-rounds     # rounds until mixed: 2 rollouts a round (also knapsack-, coba-)
     multiprocess_run.py OUTPUT_DIR reinforce_ada      # Reinforce-Ada: 4 rollouts a round, 3 rounds, K = 4 trained
+    multiprocess_run.py OUTPUT_DIR knapsack-tools     # tool calling, with the model at $TOOL_MODEL (tool_task.py)
     multiprocess_run.py OUTPUT_DIR failing-allocator  # the allocator raises at the second step
     multiprocess_run.py OUTPUT_DIR failing-reward     # the reward function raises on rank 1 only, at the second step
     multiprocess_run.py OUTPUT_DIR knapsack-rank-seed # each rank is given its own `seed` (its rank)
@@ -45,7 +46,8 @@ class RecordingTrainer(BudgetGRPOTrainer):
             "my_advantages": output["advantages"].tolist(),
             "round_rows": list(plan.round_rows),
             "trained_rewards": plan.rewards.tolist(),
-            "prompts": [row["prompt"] for row in plan.prompts],
+            "prompts": [row["prompt"] if isinstance(row["prompt"], str) else row["prompt"][-1]["content"]
+                        for row in plan.prompts],
             "my_rows": rows_as_text(output, self.processing_class),
         })
         return output
@@ -96,6 +98,28 @@ def parity_reward_failing_on_rank_1(completions, answer, trainer_state, **kwargs
     return parity_reward(completions, answer)
 
 
+class ToolCalls:
+    """1 when the final answer is the sum of the prompt's digits; keeps (prompt, called arguments, reply, reward)."""
+
+    __name__ = "tool_reward"
+
+    def __init__(self):
+        self.scored = []
+
+    def __call__(self, prompts, completions, **kwargs):
+        from tool_task import called_with, final_answer
+
+        rewards = []
+        for prompt, completion in zip(prompts, completions):
+            content = prompt[-1]["content"]
+            reward = float(final_answer(completion) == str(int(content[0]) + int(content[2])))
+            called = called_with(completion)
+            self.scored.append([content, None if called is None else list(called[0]),
+                                None if called is None else called[1], reward])
+            rewards.append(reward)
+        return rewards
+
+
 def main(output_dir: str, mode: str):
     tokenizer = build_char_tokenizer(ALPHABET)
     failing = mode in ("failing-allocator", "failing-reward")
@@ -110,6 +134,13 @@ def main(output_dir: str, mode: str):
     if allocator == "reinforce_ada":
         beyond = dict(reinforce_ada_samples_per_round=4, reinforce_ada_max_rounds=3)
     scored = ScoredRows()
+    if mode.endswith("-tools"):  # the tool-calling model of tool_task.py, built by the test (TOOL_MODEL)
+        from tool_task import add, build_tool_tokenizer, tool_dataset
+        from transformers import AutoModelForCausalLM
+
+        tokenizer, scored = build_tool_tokenizer(), ToolCalls()
+        beyond = dict(model=AutoModelForCausalLM.from_pretrained(os.environ["TOOL_MODEL"]), tools=[add],
+                      dataset=tool_dataset(), max_completion_length=128)
     trainer = make_trainer(
         output_dir, tokenizer, trainer_class=RecordingTrainer, per_device_train_batch_size=4, max_steps=9,
         budget_allocator=allocator, save_strategy="steps", save_steps=9,

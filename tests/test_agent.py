@@ -186,39 +186,17 @@ def test_environments_are_reset_with_their_own_row_and_score_their_rollout(tmp_p
 @pytest.mark.parametrize(
     "options, message",
     [
-        (dict(tools="add"), r"does not support tool calls yet \(tools=\['add'\]\)"),
-        (dict(environment_factory="tool-env"), r"environment methods \{None: \['look'\]\}"),
         (dict(environment_factory=RecordingEnvironment, dataset=None), "without a train_dataset"),
         (dict(environment_factory={"first": RecordingEnvironment}, dataset="routing"),
          "rows have no `prompt` .* Set prompt_id_column"),
     ],
 )
-def test_agent_options_per_prompt_budgets_cannot_serve_are_refused_before_the_model_loads(tmp_path, options,
-                                                                                            message):
-    def add(a: int, b: int) -> int:
-        """Add two numbers.
-
-        Args:
-            a: first
-            b: second
-        """
-        return a + b
-
-    class ToolEnvironment(RecordingEnvironment):
-        def look(self) -> str:
-            """Look around."""
-            return "a room"
-
+def test_environments_per_prompt_budgets_cannot_key_are_refused_before_the_model_loads(tmp_path, options, message):
     chat = build_chat_tokenizer()
-    if options.get("tools") == "add":
-        options["tools"] = [add]
-    if options.get("environment_factory") == "tool-env":
-        options["environment_factory"] = ToolEnvironment
     if options.get("dataset") == "routing":
         options["dataset"] = conversational(with_environment=True).remove_columns(["prompt"])
-    kwargs = {"model": "no-such-org/no-such-model", **options}
-    args = BudgetGRPOConfig(**config_kwargs(tmp_path))
-    dataset = kwargs.pop("dataset", conversational())
+    dataset = options.pop("dataset")
     with pytest.raises(ValueError, match=message):
-        BudgetGRPOTrainer(reward_funcs=EnvironmentCredit(), args=args, train_dataset=dataset, processing_class=chat,
-                          **kwargs)
+        BudgetGRPOTrainer(model="no-such-org/no-such-model", reward_funcs=EnvironmentCredit(),
+                          args=BudgetGRPOConfig(**config_kwargs(tmp_path)), train_dataset=dataset,
+                          processing_class=chat, **options)

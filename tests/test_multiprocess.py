@@ -110,6 +110,28 @@ def test_two_processes_train_reinforce_ada_rows_where_they_were_generated_or_not
     assert any(len(batch["round_rows"]) > 1 for batch in first["batches"])  # some batches took several rounds
 
 
+def test_two_processes_run_every_rollouts_tool_loop_for_its_own_prompt(tmp_path, monkeypatch):
+    from tool_task import build_tool_model
+
+    monkeypatch.setenv("TOOL_MODEL", str(build_tool_model(tmp_path / "tool-model")))
+    result = launch(tmp_path, "knapsack-tools")
+    assert result.returncode == 0, result.stderr[-4000:]
+    first, second = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in range(2)]
+    shared = ("keys", "counts", "slot_order", "trained_rewards")
+    assert [{k: b[k] for k in shared} for b in first["batches"]] == [{k: b[k] for k in shared} for b in
+                                                                        second["batches"]]
+    assert first["tracker"] == second["tracker"]
+    calls = [row for rank in (first, second) for row in rank["scored"] if row[1] is not None]
+    assert len(calls) >= 0.8 * 9 * 8
+    assert all(reply == str(sum(arguments)) for _, arguments, reply, _ in calls)  # each loop got its own reply
+    assert np.mean([arguments == [int(prompt[0]), int(prompt[2])] for prompt, arguments, _, _ in calls]) > 0.8
+    for batch in first["batches"] + second["batches"]:  # every trained row shows the prompt its slot is credited to
+        counts = np.array(batch["counts"])
+        prompt_of_slot = np.repeat(np.arange(counts.size), counts)
+        for (shown, _), slot in zip(batch["my_rows"], batch["my_slots"]):
+            assert batch["prompts"][prompt_of_slot[slot]] in shown
+
+
 def test_an_allocator_failure_stops_every_process(tmp_path):
     # Without the outcome broadcast, rank 1 would wait in the broadcast for 30 minutes while rank 0 waits in its
     # exception handler's collective; the timeout turns that hang into a failure.

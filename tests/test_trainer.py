@@ -289,21 +289,6 @@ def test_allocator_that_breaks_later_is_caught(tmp_path, tokenizer):
         train(tmp_path, tokenizer, allocator=allocator)
 
 
-def test_tools_are_refused(tmp_path, tokenizer):
-    def add(a: int, b: int) -> int:
-        """Add two numbers.
-
-        Args:
-            a: first
-            b: second
-        """
-        return a + b
-
-    with pytest.raises(ValueError, match=r"does not support tool calls yet \(tools=\['add'\]\)"):
-        BudgetGRPOTrainer(model=build_tiny_model(tokenizer), reward_funcs=parity_reward, tools=[add],
-                          args=BudgetGRPOConfig(**config_kwargs(tmp_path)), train_dataset=make_dataset())
-
-
 def test_prompt_id_column(tmp_path, tokenizer):
     data = make_dataset().map(lambda row, index: {"prompt_id": f"q{index}"}, with_indices=True)
     trainer = train(tmp_path, tokenizer, dataset=data, prompt_id_column="prompt_id", max_steps=2)

@@ -12,7 +12,6 @@ Tested with TRL 1.16.0: the overrides below rely on internals of that release (`
 
 from __future__ import annotations
 
-import inspect
 import os
 import time
 from typing import Any
@@ -109,7 +108,7 @@ class BudgetGRPOTrainer(GRPOTrainer):
             args = BudgetGRPOConfig.from_grpo_config(args)
         refuse_seeded_vllm_generation(args)
         train_dataset = kwargs.get("train_dataset", positional[0] if positional else None)
-        check_agent_options(kwargs.get("tools"), kwargs.get("environment_factory"), train_dataset, args)
+        check_agent_options(kwargs.get("environment_factory"), train_dataset, args)
         check_prompt_id_column(args.prompt_id_column, train_dataset)
         check_prior_columns(args, train_dataset)
         self.allocator = allocator if allocator is not None else args.make_allocator()
@@ -639,24 +638,8 @@ def refuse_seeded_vllm_generation(args: BudgetGRPOConfig) -> None:
         )
 
 
-def check_agent_options(tools, environment_factory, dataset, args: BudgetGRPOConfig) -> None:
-    """What per-prompt budgets support of TRL's agent training: `rollout_func`, and environments that own the reward,
-    keyed by their dataset rows. Tool calls are refused for now."""
-    factories = environment_factory if isinstance(environment_factory, dict) else {None: environment_factory}
-    environments_with_tools = {
-        name: sorted(member for member, _ in inspect.getmembers(type(factory()), predicate=inspect.isfunction)
-                     if member not in ("reset", "get_reward") and not member.startswith("_"))
-        for name, factory in factories.items() if factory is not None
-    }
-    called = {name: methods for name, methods in environments_with_tools.items() if methods}
-    if tools or called:
-        offered = f"tools={[getattr(tool, '__name__', tool) for tool in tools]}" if tools else (
-            f"environment methods {called} (TRL exposes an environment's public methods as tools)")
-        raise ValueError(
-            f"BudgetGRPOTrainer does not support tool calls yet ({offered}): rollouts that call tools under "
-            "per-prompt budgets are not tested. Use GRPOTrainer for tool calling; environments that only reset and "
-            "score (`reset`, `get_reward`, private methods) and `rollout_func` are supported."
-        )
+def check_agent_options(environment_factory, dataset, args: BudgetGRPOConfig) -> None:
+    """Environments key their rollouts by their dataset rows: a row needs a prompt, or an id column."""
     if environment_factory is not None and dataset is None:
         raise ValueError(
             "environment_factory without a train_dataset: TRL then feeds identical placeholder prompts, so per-prompt "
