@@ -57,11 +57,29 @@ def free_port() -> int:
 
 @pytest.fixture(scope="module")
 def vllm_server(copy_model, tmp_path_factory, request):
+    """A real `trl vllm-serve` of the copy model on 127.0.0.1, a free port."""
+    yield from serve(copy_model, 64, tmp_path_factory, request)
+
+
+@pytest.fixture(scope="session")
+def tool_model(tmp_path_factory):
+    from tool_task import build_tool_model
+
+    return build_tool_model(tmp_path_factory.mktemp("tool_model"))
+
+
+@pytest.fixture(scope="module")
+def tool_server(tool_model, tmp_path_factory, request):
+    """A real `trl vllm-serve` of the tool-calling model (tests/tool_task.py)."""
+    yield from serve(tool_model, 256, tmp_path_factory, request)
+
+
+def serve(model, max_model_len: int, tmp_path_factory, request):
     """A real `trl vllm-serve` on 127.0.0.1, a free port; stopped by its PID, its log shown when a test failed."""
     port, log_path = free_port(), tmp_path_factory.mktemp("server") / "vllm-serve.log"
-    command = [str(Path(sys.executable).with_name("trl")), "vllm-serve", "--model", str(copy_model),
+    command = [str(Path(sys.executable).with_name("trl")), "vllm-serve", "--model", str(model),
                "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32", "--gpu_memory_utilization", "0.1",
-               "--max_model_len", "64"]
+               "--max_model_len", str(max_model_len)]
     with open(log_path, "w") as log:
         server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     failed_before = request.session.testsfailed
@@ -251,6 +269,29 @@ def test_server_mode_reinforce_ada_trains_k_of_each_prompt_credited_to_it(tmp_pa
         assert plan.counts.tolist() == [4, 4, 4, 4] and output["completion_ids"].shape[0] == 16
         misplaced = misplaced_rows(plan, output, trainer.processing_class)
         assert not misplaced, f"trained rows credited to another prompt (credited, shown, completion): {misplaced}"
+
+
+def test_server_mode_runs_each_rollouts_tool_loop_for_its_own_prompt(tmp_path, tool_model, tool_server,
+                                                                      cpu_weight_sync):
+    from test_tools import ToolReward
+    from tool_task import add, build_tool_tokenizer, tool_dataset
+
+    PlanRecorder.plans, reward = [], ToolReward()
+    args = BudgetGRPOConfig(**config_kwargs(
+        tmp_path, use_vllm=True, vllm_mode="server", vllm_server_host=tool_server["host"],
+        vllm_server_port=tool_server["port"], max_completion_length=128, temperature=0.7, max_steps=3,
+        per_device_train_batch_size=16, budget_probe_generations=2))
+    trainer = PlanRecorder(model=str(tool_model), reward_funcs=reward, args=args, train_dataset=tool_dataset(4),
+                           processing_class=build_tool_tokenizer(), tools=[add])
+    trainer.train()
+    assert len(reward.calls) >= 0.8 * 3 * 16
+    assert all(reply == str(sum(arguments)) for _, arguments, reply in reward.calls)
+    assert np.mean([arguments == prompt for prompt, arguments, _ in reward.calls]) > 0.8
+    for plan, output in PlanRecorder.plans:  # each trained row shows the prompt its slot is credited to
+        prompt_of_slot = np.repeat(np.arange(len(plan.prompts)), plan.counts)
+        for row, slot in enumerate(plan.slot_order.tolist()):
+            shown = trainer.processing_class.decode(output["prompt_ids"][row][output["prompt_mask"][row].bool()])
+            assert plan.prompts[prompt_of_slot[slot]]["prompt"][-1]["content"] in shown
 
 
 def test_uniform_through_the_engine_lays_out_rows_as_grpo_trainer_does(tmp_path, copy_model, vllm_server,
