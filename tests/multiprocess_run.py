@@ -5,6 +5,9 @@
     multiprocess_run.py OUTPUT_DIR uniform-rounds     # rounds until mixed: 2 rollouts a round (also knapsack-, coba-)
     multiprocess_run.py OUTPUT_DIR reinforce_ada      # Reinforce-Ada: 4 rollouts a round, 3 rounds, K = 4 trained
     multiprocess_run.py OUTPUT_DIR knapsack-tools     # tool calling, with the model at $TOOL_MODEL (tool_task.py)
+    multiprocess_run.py OUTPUT_DIR knapsack-rollout_func   # a rollout_func whose completions name their prompt
+    multiprocess_run.py OUTPUT_DIR coba-environment   # environments that own the reward, reset with their own row
+    multiprocess_run.py OUTPUT_DIR coba-environment-probe   # any of the agent modes, with a probe stage of 2
     multiprocess_run.py OUTPUT_DIR failing-allocator  # the allocator raises at the second step
     multiprocess_run.py OUTPUT_DIR failing-reward     # the reward function raises on rank 1 only, at the second step
     multiprocess_run.py OUTPUT_DIR knapsack-rank-seed # each rank is given its own `seed` (its rank)
@@ -64,15 +67,15 @@ def rows_as_text(output, tokenizer) -> list[list[str]]:
 
 
 class ScoredRows:
-    """The parity reward, keeping every (prompt, completion, reward) it scored on this rank."""
+    """A reward (the parity reward by default), keeping every (prompt, completion, reward) it scored on this rank."""
 
     __name__ = "parity_reward"
 
-    def __init__(self):
-        self.scored = []
+    def __init__(self, reward=None):
+        self.scored, self.reward = [], reward
 
-    def __call__(self, prompts, completions, answer, **kwargs):
-        rewards = parity_reward(completions, answer)
+    def __call__(self, prompts, completions, answer=None, **kwargs):
+        rewards = parity_reward(completions, answer) if self.reward is None else self.reward(prompts, completions)
         self.scored += [[prompt, completion, reward] for prompt, completion, reward in zip(prompts, completions,
                                                                                               rewards)]
         return rewards
@@ -134,19 +137,32 @@ def main(output_dir: str, mode: str):
     if allocator == "reinforce_ada":
         beyond = dict(reinforce_ada_samples_per_round=4, reinforce_ada_max_rounds=3)
     scored = ScoredRows()
-    if mode.endswith("-tools"):  # the tool-calling model of tool_task.py, built by the test (TOOL_MODEL)
+    if "-tools" in mode:  # the tool-calling model of tool_task.py, built by the test (TOOL_MODEL)
         from tool_task import add, build_tool_tokenizer, tool_dataset
         from transformers import AutoModelForCausalLM
 
         tokenizer, scored = build_tool_tokenizer(), ToolCalls()
         beyond = dict(model=AutoModelForCausalLM.from_pretrained(os.environ["TOOL_MODEL"]), tools=[add],
                       dataset=tool_dataset(), max_completion_length=128)
+    if "-rollout_func" in mode:  # completions that name their prompt (test_agent.py), one row per rollout
+        from test_agent import CopyingRollouts, last_digit_parity
+
+        beyond, scored = dict(rollout_func=CopyingRollouts(seed=int(os.environ["RANK"]))), ScoredRows(last_digit_parity)
+    if "-environment" in mode:  # environments that own the reward, each checking the row it was reset with
+        from helpers import build_chat_tokenizer
+        from test_agent import EnvironmentCredit, RecordingEnvironment, conversational
+
+        from trl_budget.demo.tiny import build_tiny_model
+
+        tokenizer, scored = build_chat_tokenizer(), EnvironmentCredit()
+        beyond = dict(model=build_tiny_model(tokenizer), environment_factory=RecordingEnvironment,
+                      dataset=conversational(), max_completion_length=3)
     trainer = make_trainer(
         output_dir, tokenizer, trainer_class=RecordingTrainer, per_device_train_batch_size=4, max_steps=9,
         budget_allocator=allocator, save_strategy="steps", save_steps=9,
         allocator=FailingAllocator() if mode == "failing-allocator" else None,
         reward_funcs=parity_reward_failing_on_rank_1 if mode == "failing-reward" else scored,
-        budget_probe_generations=2 if mode.endswith("-probe") else 0,
+        budget_probe_generations=2 if "-probe" in mode else 0,
         budget_round_generations=2 if mode.endswith("-rounds") else 0,
         seed=int(os.environ["RANK"]) if mode.endswith("-rank-seed") else 0, **beyond,
     )
@@ -165,7 +181,7 @@ def main(output_dir: str, mode: str):
             "batches": trainer.seen,
             "tracker": trainer.tracker.state_dict(),
             "losses": [entry["loss"] for entry in trainer.state.log_history if "loss" in entry],
-            "scored": scored.scored,
+            "scored": getattr(scored, "scored", []),
         }
         Path(output_dir, f"rank{rank}.json").write_text(json.dumps(report))
     # Leave without tearing down torch's gloo group. Its worker thread frees a finished collective's tensors a moment
