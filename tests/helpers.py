@@ -97,3 +97,18 @@ def build_chat_tokenizer(alphabet: str = ALPHABET):
                                         additional_special_tokens=list(QWEN3_MARKERS))
     tokenizer.chat_template = importlib.resources.files("trl.chat_templates").joinpath("qwen3.jinja").read_text()
     return tokenizer
+
+
+def assert_resumes_exactly(output_dir, tokenizer, **options):
+    """Six steps straight, against three and a resume from their checkpoint: the tracker ends the same. Three prompts,
+    each four times in one epoch, so that they come back within the epoch, whose order a resume keeps."""
+    from datasets import concatenate_datasets
+
+    options = dict(dataset=concatenate_datasets([make_dataset(3)] * 4), max_steps=6, save_strategy="steps",
+                   save_steps=3, **options)
+    full = make_trainer(output_dir / "full", tokenizer, **options)
+    full.train()
+    make_trainer(output_dir / "part", tokenizer, **{**options, "max_steps": 3}).train()
+    resumed = make_trainer(output_dir / "part", tokenizer, **options)
+    resumed.train(resume_from_checkpoint=str(output_dir / "part" / "checkpoint-3"))
+    assert resumed.tracker.state_dict() == full.tracker.state_dict()

@@ -101,28 +101,6 @@ def parity_reward_failing_on_rank_1(completions, answer, trainer_state, **kwargs
     return parity_reward(completions, answer)
 
 
-class ToolCalls:
-    """1 when the final answer is the sum of the prompt's digits; keeps (prompt, called arguments, reply, reward)."""
-
-    __name__ = "tool_reward"
-
-    def __init__(self):
-        self.scored = []
-
-    def __call__(self, prompts, completions, **kwargs):
-        from tool_task import called_with, final_answer
-
-        rewards = []
-        for prompt, completion in zip(prompts, completions):
-            content = prompt[-1]["content"]
-            reward = float(final_answer(completion) == str(int(content[0]) + int(content[2])))
-            called = called_with(completion)
-            self.scored.append([content, None if called is None else list(called[0]),
-                                None if called is None else called[1], reward])
-            rewards.append(reward)
-        return rewards
-
-
 def main(output_dir: str, mode: str):
     tokenizer = build_char_tokenizer(ALPHABET)
     failing = mode in ("failing-allocator", "failing-reward")
@@ -141,7 +119,9 @@ def main(output_dir: str, mode: str):
         from tool_task import add, build_tool_tokenizer, tool_dataset
         from transformers import AutoModelForCausalLM
 
-        tokenizer, scored = build_tool_tokenizer(), ToolCalls()
+        from test_tools import ToolReward
+
+        tokenizer, scored = build_tool_tokenizer(), ToolReward()
         beyond = dict(model=AutoModelForCausalLM.from_pretrained(os.environ["TOOL_MODEL"]), tools=[add],
                       dataset=tool_dataset(), max_completion_length=128)
     if "-rollout_func" in mode:  # completions that name their prompt (test_agent.py), one row per rollout
@@ -181,7 +161,7 @@ def main(output_dir: str, mode: str):
             "batches": trainer.seen,
             "tracker": trainer.tracker.state_dict(),
             "losses": [entry["loss"] for entry in trainer.state.log_history if "loss" in entry],
-            "scored": getattr(scored, "scored", []),
+            "scored": getattr(scored, "scored", getattr(scored, "calls", [])),
         }
         Path(output_dir, f"rank{rank}.json").write_text(json.dumps(report))
     # Leave without tearing down torch's gloo group. Its worker thread frees a finished collective's tensors a moment

@@ -120,22 +120,11 @@ def tool_model(tmp_path_factory):
 @pytest.mark.parametrize("mode", ["knapsack-tools", "knapsack-tools-probe"])
 def test_two_processes_run_every_rollouts_tool_loop_for_its_own_prompt(tmp_path, monkeypatch, tool_model, mode):
     monkeypatch.setenv("TOOL_MODEL", str(tool_model))
-    result = launch(tmp_path, mode)
-    assert result.returncode == 0, result.stderr[-4000:]
-    first, second = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in range(2)]
-    shared = ("keys", "counts", "slot_order", "trained_rewards")
-    assert [{k: b[k] for k in shared} for b in first["batches"]] == [{k: b[k] for k in shared} for b in
-                                                                        second["batches"]]
-    assert first["tracker"] == second["tracker"]
-    calls = [row for rank in (first, second) for row in rank["scored"] if row[1] is not None]
+    first, second = ranks_agree_and_rows_show_their_prompts(tmp_path, mode)
+    calls = [row for rank in (first, second) for row in rank["scored"]]
     assert len(calls) >= 0.8 * 9 * 8
-    assert all(reply == str(sum(arguments)) for _, arguments, reply, _ in calls)  # each loop got its own reply
-    assert np.mean([arguments == [int(prompt[0]), int(prompt[2])] for prompt, arguments, _, _ in calls]) > 0.8
-    for batch in first["batches"] + second["batches"]:  # every trained row shows the prompt its slot is credited to
-        counts = np.array(batch["counts"])
-        prompt_of_slot = np.repeat(np.arange(counts.size), counts)
-        for (shown, _), slot in zip(batch["my_rows"], batch["my_slots"]):
-            assert batch["prompts"][prompt_of_slot[slot]] in shown
+    assert all(reply == str(sum(arguments)) for _, arguments, reply in calls)  # each loop got its own reply
+    assert np.mean([arguments == digits for digits, arguments, _ in calls]) > 0.8
 
 
 @pytest.mark.parametrize("mode", ["knapsack-rollout_func", "coba-environment", "knapsack-rollout_func-probe",
@@ -143,18 +132,25 @@ def test_two_processes_run_every_rollouts_tool_loop_for_its_own_prompt(tmp_path,
 def test_two_processes_credit_agent_rollouts_to_their_prompts(tmp_path, mode):
     # The reward functions assert, row by row, that a completion names its own prompt (rollout_func) or that the
     # environment scoring a rollout was reset with that rollout's row: a misplaced row fails the run itself.
+    first, _ = ranks_agree_and_rows_show_their_prompts(tmp_path, mode)
+    assert any(batch["counts"] != [4, 4] for batch in first["batches"])
+
+
+def ranks_agree_and_rows_show_their_prompts(tmp_path, mode: str) -> tuple[dict, dict]:
+    """Launch `mode` on two processes: both ranks make the same plans and end with the same tracker, and every row a
+    rank trains shows the prompt its slot is credited to. Returns both ranks' reports."""
     result = launch(tmp_path, mode)
     assert result.returncode == 0, result.stderr[-4000:]
     first, second = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in range(2)]
     shared = ("keys", "counts", "slot_order", "trained_rewards")
     assert [{k: b[k] for k in shared} for b in first["batches"]] == [{k: b[k] for k in shared} for b in
                                                                         second["batches"]]
-    assert first["tracker"] == second["tracker"] and any(b["counts"] != [4, 4] for b in first["batches"])
-    for batch in first["batches"] + second["batches"]:  # every trained row shows the prompt its slot is credited to
-        counts = np.array(batch["counts"])
-        prompt_of_slot = np.repeat(np.arange(counts.size), counts)
+    assert first["tracker"] == second["tracker"]
+    for batch in first["batches"] + second["batches"]:
+        prompt_of_slot = np.repeat(np.arange(len(batch["counts"])), batch["counts"])
         for (shown, _), slot in zip(batch["my_rows"], batch["my_slots"]):
             assert batch["prompts"][prompt_of_slot[slot]] in shown
+    return first, second
 
 
 def test_an_allocator_failure_stops_every_process(tmp_path):

@@ -203,15 +203,7 @@ def test_the_config_passes_its_settings_to_the_rule(tmp_path):
 
 
 def test_a_reinforce_ada_run_resumes_exactly(tmp_path, tokenizer):
-    from datasets import concatenate_datasets
-    from helpers import make_dataset
+    from helpers import assert_resumes_exactly
 
-    data = concatenate_datasets([make_dataset(3)] * 4)  # prompts come back within the epoch, whose order a resume keeps
-    options = dict(dataset=data, budget_allocator="reinforce_ada", reinforce_ada_samples_per_round=4,
-                   reinforce_ada_max_rounds=3, max_steps=6, save_strategy="steps", save_steps=3)
-    full = make_trainer(tmp_path / "full", tokenizer, **options)
-    full.train()
-    make_trainer(tmp_path / "part", tokenizer, **{**options, "max_steps": 3}).train()
-    resumed = make_trainer(tmp_path / "part", tokenizer, **options)
-    resumed.train(resume_from_checkpoint=str(tmp_path / "part" / "checkpoint-3"))
-    assert resumed.tracker.state_dict() == full.tracker.state_dict()
+    assert_resumes_exactly(tmp_path, tokenizer, budget_allocator="reinforce_ada", reinforce_ada_samples_per_round=4,
+                           reinforce_ada_max_rounds=3)

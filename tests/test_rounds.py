@@ -6,7 +6,7 @@ import itertools
 import numpy as np
 import pytest
 import torch
-from helpers import config_kwargs, make_dataset, make_trainer
+from helpers import assert_resumes_exactly, config_kwargs, make_trainer
 from test_probe import RowRecorder, assert_advantages_over_whole_groups
 
 from trl_budget import BudgetGRPOConfig, CoBAAllocator, KnapsackAllocator, UniformAllocator
@@ -153,13 +153,4 @@ def test_round_settings_that_cannot_work_are_refused(tmp_path, overrides, messag
 
 
 def test_a_run_in_rounds_resumes_exactly(tmp_path, tokenizer):
-    from datasets import concatenate_datasets
-
-    data = concatenate_datasets([make_dataset(3)] * 4)  # prompts come back within the epoch, whose order a resume keeps
-    options = dict(dataset=data, budget_round_generations=2, max_steps=6, save_strategy="steps", save_steps=3)
-    full = make_trainer(tmp_path / "full", tokenizer, **options)
-    full.train()
-    make_trainer(tmp_path / "part", tokenizer, **{**options, "max_steps": 3}).train()
-    resumed = make_trainer(tmp_path / "part", tokenizer, **options)
-    resumed.train(resume_from_checkpoint=str(tmp_path / "part" / "checkpoint-3"))
-    assert resumed.tracker.state_dict() == full.tracker.state_dict()
+    assert_resumes_exactly(tmp_path, tokenizer, budget_round_generations=2)

@@ -21,7 +21,8 @@ def tool_model(tmp_path_factory):
 
 
 class ToolReward:
-    """1 when the final answer is the sum of the prompt's digits; keeps (prompt, the call's arguments, the reply)."""
+    """1 when the final answer is the sum of the prompt's digits; keeps (prompt's digits, the call's arguments, the
+    reply) of every rollout that called the tool."""
 
     __name__ = "tool_reward"
 
@@ -34,7 +35,7 @@ class ToolReward:
             a, b = int(prompt[-1]["content"][0]), int(prompt[-1]["content"][2])
             called = called_with(completion)
             if called is not None:
-                self.calls.append(((a, b), *called))
+                self.calls.append(([a, b], list(called[0]), called[1]))
             rewards.append(float(final_answer(completion) == str(a + b)))
         return rewards
 
@@ -63,7 +64,7 @@ def test_tool_rollouts_are_credited_to_their_prompts(tmp_path, tool_model, budge
     # prompt's digits (a rollout handed another prompt would call with that prompt's digits).
     assert len(reward.calls) >= 0.8 * 4 * 16
     assert all(reply == str(sum(arguments)) for _, arguments, reply in reward.calls)
-    assert np.mean([arguments == prompt for prompt, arguments, _ in reward.calls]) > 0.8
+    assert np.mean([arguments == digits for digits, arguments, _ in reward.calls]) > 0.8
     calls = [entry["tools/call_frequency"] for entry in trainer.state.log_history if "tools/call_frequency" in entry]
     assert calls and min(calls) > 0.5
     # Each trained row shows the prompt the plan credits it to, and its own answer earns the reward credited to it.
