@@ -28,6 +28,8 @@ OMP_NUM_THREADS=1 python benchmarks/rounds_study.py
 .venv-vllm/bin/python benchmarks/vllm_request_layout.py
 .venv-vllm/bin/python benchmarks/vllm_request_layout.py --ignore-eos --max-tokens 128 \
     --output benchmarks/results/vllm_request_layout-long.json
+# The rounds' cost per batch through the real engine (server and colocate), the third study's arm settings.
+OMP_NUM_THREADS=1 .venv-vllm/bin/python benchmarks/rounds_engine_cost.py
 
 # The first allocation study (pool regime, 6 pre-registered variants x 5 paired seeds): two single-threaded processes,
 # one per core; then the exploratory variant added after their first results; then one summary over all the runs
