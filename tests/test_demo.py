@@ -198,6 +198,17 @@ def test_the_demo_prints_the_answer_the_study_recorded():
     assert f"[{low * 100:+.2f}, {high * 100:+.2f}]".replace("-", "−") in readme
 
 
+def test_the_readme_states_the_third_studys_primary_answer_as_recorded():
+    study = json.loads((ROOT / "benchmarks" / "results" / "rounds_study.json").read_text())
+    primary, readme = study["primary"], (ROOT / "README.md").read_text()
+    low, high = primary["ci95"]
+    assert primary["complete"] and primary["seeds"] == 20
+    assert f"**{primary['diff'] * 100:+.2f} point [{low * 100:+.2f}, {high * 100:+.2f}]**".replace("-", "−") in readme
+    assert f"exact p =\n{primary['p']:.3f}" in readme or f"exact p = {primary['p']:.3f}" in readme
+    gate = primary["room_gate"]
+    assert gate["passes"] and f"**{gate['diff'] * 100:+.2f} [{gate['ci95'][0] * 100:+.2f}," in readme
+
+
 def test_a_stored_run_is_keyed_by_its_settings(tmp_path):
     from trl_budget.demo.run_cache import cached_run
 
