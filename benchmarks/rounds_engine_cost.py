@@ -40,11 +40,12 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "benchmarks")]
 
+from coverage_replay import sampled_outcomes  # noqa: E402
 from vllm_engine.copy_task import build_copy_model  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 ARMS_TIMED = ["uniform-n8", "rounds-uniform", "reinforce-ada-balanced", "reinforce-ada-positive"]
-PROMPTS_PER_BATCH, UPDATES_PER_BATCH, SAMPLES = 64, 8, 64
+PROMPTS_PER_BATCH, UPDATES_PER_BATCH = 64, 8
 
 
 class ReplayedOutcomes:
@@ -108,7 +109,8 @@ def train_arm(label: str, mode: str, model: Path, outcomes: np.ndarray, batches:
         output_dir=tempfile.mkdtemp(), use_cpu=True, report_to=[], save_strategy="no", logging_steps=1,
         use_vllm=True, **engine, per_device_train_batch_size=rows_per_update, steps_per_generation=UPDATES_PER_BATCH,
         num_generations=num_generations, min_generations=2, max_generations=most, max_completion_length=8,
-        temperature=1.0, learning_rate=1e-4, prompt_id_column="index", max_steps=batches * UPDATES_PER_BATCH, seed=seed, **options)
+        temperature=1.0, learning_rate=1e-4, prompt_id_column="index", max_steps=batches * UPDATES_PER_BATCH,
+        seed=seed, **options)
     trainer_class = timed_trainer_class()
     trainer_class.batches = []
     trainer = trainer_class(model=str(model), reward_funcs=ReplayedOutcomes(outcomes, seed), args=args,
@@ -142,6 +144,7 @@ def free_port() -> int:
 def run_mode(mode: str, model: Path, args) -> dict[str, list[list[dict]]]:
     """Every arm, `repeats` times, alternating orders; colocate runs each arm in a process of its own (one engine)."""
     times: dict[str, list[list[dict]]] = {label: [] for label in ARMS_TIMED}
+    outcomes = load_outcomes() if mode == "server" else None  # colocate arms load them in their own processes
     server, port = None, free_port()
     if mode == "server":
         log = open(Path(tempfile.gettempdir()) / "rounds_engine_cost_server.log", "w")
@@ -156,7 +159,7 @@ def run_mode(mode: str, model: Path, args) -> dict[str, list[list[dict]]]:
         for repeat in range(args.repeats):
             order = ARMS_TIMED if repeat % 2 == 0 else ARMS_TIMED[::-1]
             for label in order:
-                times[label].append(one_arm(mode, label, model, args, repeat, port))
+                times[label].append(one_arm(mode, label, model, outcomes, args, repeat, port))
                 print(f"{mode} {label} repeat {repeat}: "
                       f"{np.median([b['seconds'] for b in times[label][-1]]):.2f} s per batch", flush=True)
     finally:
@@ -166,9 +169,9 @@ def run_mode(mode: str, model: Path, args) -> dict[str, list[list[dict]]]:
     return times
 
 
-def one_arm(mode: str, label: str, model: Path, args, repeat: int, port: int) -> list[dict]:
+def one_arm(mode: str, label: str, model: Path, outcomes, args, repeat: int, port: int) -> list[dict]:
     if mode == "server":
-        return train_arm(label, mode, model, load_outcomes(), args.batches, repeat, port)
+        return train_arm(label, mode, model, outcomes, args.batches, repeat, port)
     output = Path(tempfile.mkdtemp()) / "arm.json"
     subprocess.run([sys.executable, __file__, "--arm", label, "--mode", mode, "--model", str(model),
                     "--batches", str(args.batches), "--seed", str(repeat), "--output", str(output)], check=True)
@@ -176,8 +179,8 @@ def one_arm(mode: str, label: str, model: Path, args, repeat: int, port: int) ->
 
 
 def load_outcomes() -> np.ndarray:
-    path = RESULTS / "coverage_samples.npz"
-    return np.unpackbits(np.load(path)["outcomes"], axis=1)[:, :SAMPLES].astype(np.float64)
+    """The warm start's recorded 0/1 outcomes, `(prompts, 64)`, as the coverage replay keeps them."""
+    return sampled_outcomes(RESULTS / "coverage_samples.npz")
 
 
 def summarize(times: dict[str, list[list[dict]]], skip: int) -> dict:
