@@ -3,7 +3,8 @@
     multiprocess_run.py OUTPUT_DIR ALLOCATOR          # a normal run
     multiprocess_run.py OUTPUT_DIR knapsack-probe     # with a probe stage of 2 rollouts per prompt
     multiprocess_run.py OUTPUT_DIR uniform-rounds     # rounds until mixed: 2 rollouts a round (also knapsack-, coba-)
-    multiprocess_run.py OUTPUT_DIR reinforce_ada      # Reinforce-Ada: 4 rollouts a round, 3 rounds, K = 4 trained
+    multiprocess_run.py OUTPUT_DIR reinforce_ada      # Reinforce-Ada: 4 rollouts a round, 3 rounds, K = 4 trained, a
+                                                      # parity and a 0.5-weighted format reward
     multiprocess_run.py OUTPUT_DIR knapsack-tools     # tool calling, with the model at $TOOL_MODEL (tool_task.py)
     multiprocess_run.py OUTPUT_DIR knapsack-rollout_func   # a rollout_func whose completions name their prompt
     multiprocess_run.py OUTPUT_DIR coba-environment   # environments that own the reward, reset with their own row
@@ -67,18 +68,25 @@ def rows_as_text(output, tokenizer) -> list[list[str]]:
 
 
 class ScoredRows:
-    """A reward (the parity reward by default), keeping every (prompt, completion, reward) it scored on this rank."""
+    """A reward (the parity reward by default), keeping every (prompt, completion, reward, step) it scored on this
+    rank."""
 
     __name__ = "parity_reward"
 
     def __init__(self, reward=None):
         self.scored, self.reward = [], reward
 
-    def __call__(self, prompts, completions, answer=None, **kwargs):
+    def __call__(self, prompts, completions, answer=None, trainer_state=None, **kwargs):
         rewards = parity_reward(completions, answer) if self.reward is None else self.reward(prompts, completions)
-        self.scored += [[prompt, completion, reward] for prompt, completion, reward in zip(prompts, completions,
-                                                                                              rewards)]
+        step = None if trainer_state is None else trainer_state.global_step
+        self.scored += [[prompt, completion, reward, step] for prompt, completion, reward in zip(prompts, completions,
+                                                                                                    rewards)]
         return rewards
+
+
+def format_reward(prompts, completions):
+    """A format reward beside the parity reward: 1 for a completion of two characters or more."""
+    return [float(len(completion) >= 2) for completion in completions]
 
 
 class FailingAllocator:
@@ -112,9 +120,13 @@ def main(output_dir: str, mode: str):
                                   with_indices=True)
         beyond = dict(dataset=data, pass_rate_prior_column="prior", prompt_group_column="level",
                       budget_loss_weighting="prompt", budget_token_cap=1.0)
-    if allocator == "reinforce_ada":
-        beyond = dict(reinforce_ada_samples_per_round=4, reinforce_ada_max_rounds=3)
-    scored = ScoredRows()
+    scored, reward_funcs = ScoredRows(), None
+    if allocator == "reinforce_ada":  # accuracy plus a 0.5-weighted format reward, success by accuracy alone
+        formatted = ScoredRows(format_reward)
+        formatted.__name__ = "format_reward"
+        reward_funcs = [scored, formatted]
+        beyond = dict(reinforce_ada_samples_per_round=4, reinforce_ada_max_rounds=3, reward_weights=[1.0, 0.5],
+                      success_reward_func="parity_reward")
     if "-tools" in mode:  # the tool-calling model of tool_task.py, built by the test (TOOL_MODEL)
         from tool_task import add, build_tool_tokenizer, tool_dataset
         from transformers import AutoModelForCausalLM
@@ -141,7 +153,7 @@ def main(output_dir: str, mode: str):
         output_dir, tokenizer, trainer_class=RecordingTrainer, per_device_train_batch_size=4, max_steps=9,
         budget_allocator=allocator, save_strategy="steps", save_steps=9,
         allocator=FailingAllocator() if mode == "failing-allocator" else None,
-        reward_funcs=parity_reward_failing_on_rank_1 if mode == "failing-reward" else scored,
+        reward_funcs=parity_reward_failing_on_rank_1 if mode == "failing-reward" else reward_funcs or scored,
         budget_probe_generations=2 if "-probe" in mode else 0,
         budget_round_generations=2 if mode.endswith("-rounds") else 0,
         seed=int(os.environ["RANK"]) if mode.endswith("-rank-seed") else 0, **beyond,
@@ -162,6 +174,7 @@ def main(output_dir: str, mode: str):
             "tracker": trainer.tracker.state_dict(),
             "losses": [entry["loss"] for entry in trainer.state.log_history if "loss" in entry],
             "scored": getattr(scored, "scored", getattr(scored, "calls", [])),
+            "format_scored": formatted.scored if allocator == "reinforce_ada" else [],
         }
         Path(output_dir, f"rank{rank}.json").write_text(json.dumps(report))
     # Leave without tearing down torch's gloo group. Its worker thread frees a finished collective's tensors a moment

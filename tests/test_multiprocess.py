@@ -87,7 +87,9 @@ def test_two_processes_make_identical_allocations(tmp_path, allocator):
 
 def test_two_processes_train_reinforce_ada_rows_where_they_were_generated_or_not(tmp_path):
     # The rows each process trains are K of each prompt, chosen from rows generated on either process: every trained
-    # row must be a (prompt, completion) that was generated and scored, with the reward the plan credits it.
+    # row must be a (prompt, completion) that was generated and scored, with the reward the plan credits it. The
+    # rewards are accuracy (parity) plus 0.5 x a format reward, success by accuracy alone; each advantage is recomputed
+    # by hand against the mean and deviation of the weighted rewards of all the prompt's rollouts of the batch.
     result = launch(tmp_path, "reinforce_ada")
     assert result.returncode == 0, result.stderr[-4000:]
     first, second = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in range(2)]
@@ -95,19 +97,31 @@ def test_two_processes_train_reinforce_ada_rows_where_they_were_generated_or_not
     assert [{k: b[k] for k in shared} for b in first["batches"]] == [{k: b[k] for k in shared} for b in
                                                                         second["batches"]]
     assert first["tracker"] == second["tracker"]
-    scored = {(prompt, completion): reward for rank in (first, second) for prompt, completion, reward in rank["scored"]}
-    for batch_first, batch_second in zip(first["batches"], second["batches"]):
+    generated = [(prompt, completion, parity + 0.5 * formatted, step)  # every rollout of both ranks, weighted
+                 for rank in (first, second)
+                 for (prompt, completion, parity, step), (_, _, formatted, _) in zip(rank["scored"],
+                                                                                     rank["format_scored"])]
+    weighted = {(prompt, completion): reward for prompt, completion, reward, _ in generated}
+    for step, (batch_first, batch_second) in enumerate(zip(first["batches"], second["batches"])):
         assert batch_first["counts"] == [4, 4] and sum(batch_first["round_rows"]) >= 8
         for rank in (batch_first, batch_second):
             assert len(rank["my_rows"]) == 4  # every process trains as many rows
             for (prompt, completion), slot in zip(rank["my_rows"], rank["my_slots"]):
                 assert prompt == rank["prompts"][slot // 4]  # the plan's prompt for that slot (K = 4 per prompt)
-                assert scored[(prompt, completion)] == rank["trained_rewards"][slot]
+                assert weighted[(prompt, completion)] == rank["trained_rewards"][slot]
+        assert sum(s == step for *_, s in generated) == sum(batch_first["round_rows"])
+        expected = []
+        for slot, reward in enumerate(batch_first["trained_rewards"]):
+            prompt = batch_first["prompts"][slot // 4]
+            rewards = np.array([r for p, _, r, s in generated if p == prompt and s == step])
+            spread = max(rewards.std(ddof=1), 1e-6) + 1e-6
+            expected.append(0.0 if np.ptp(rewards) == 0 else (reward - rewards.mean()) / spread)
         advantages = np.full(8, np.nan)  # both ranks' advantages form one vector in plan order
         for rank in (batch_first, batch_second):
             advantages[rank["my_slots"]] = rank["my_advantages"]
-        assert np.isfinite(advantages).all()
+        np.testing.assert_allclose(advantages, expected, rtol=1e-5, atol=1e-6)
     assert any(len(batch["round_rows"]) > 1 for batch in first["batches"])  # some batches took several rounds
+    assert any(reward % 1 for batch in first["batches"] for reward in batch["trained_rewards"])  # non-binary rewards
 
 
 @pytest.fixture(scope="module")

@@ -126,7 +126,8 @@ def test_a_probe_whose_stages_are_no_multiple_of_num_generations_trains(tmp_path
     "overrides, message",
     [
         ({"budget_probe_generations": 3}, "must lie between 0 .* and min_generations=2"),
-        ({"budget_probe_generations": -1}, "must lie between 0"),
+        ({"budget_probe_generations": -1}, "^budget_probe_generations must be a whole number of at least 0"),
+        ({"budget_probe_generations": "2"}, "^budget_probe_generations must be a whole number .* got '2'"),
         ({"budget_probe_history_weight": -0.5}, "budget_probe_history_weight must be a finite number, 0 or more"),
         ({"budget_probe_prior_strength": -1}, "budget_probe_prior_strength must be a finite number, 0 or more"),
     ],

@@ -88,3 +88,24 @@ def test_a_tiny_vlm_trains_with_budgets_and_images_key_their_prompts(tmp_path):
     assert any(plan.counts.tolist() != [4, 4] for plan in plans)  # budgets moved between the two images' prompts
     losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
     assert len(losses) == 6 and np.isfinite(losses).all()
+
+
+@pytest.mark.parametrize(
+    "overrides, fix",
+    [
+        ({"budget_allocator": "reinforce_ada", "reinforce_ada_max_rounds": 1},
+         r"ReinforceAda\(.*\) generates each batch in rounds and trains a subset of the rows, which cannot merge "
+         r"multimodal generation outputs yet\. To train vision prompts with a one-shot allocator"),
+        ({"budget_round_generations": 2}, "To set budget_round_generations=0"),
+        ({"budget_probe_generations": 2}, "To set budget_probe_generations=0"),
+    ],
+)
+def test_vision_prompts_in_rounds_are_refused_before_the_model_loads(tmp_path, overrides, fix):
+    # Before: Reinforce-Ada in one round failed in its first batch with AttributeError: 'list' object has no attribute
+    # 'device', and rounds were refused only after they were generated, with the probe's and rounds' fix for all.
+    images = [Image.fromarray(np.full((28, 28, 3), shade, dtype="uint8")) for shade in (0, 255)]
+    data = Dataset.from_list([{"prompt": [{"role": "user", "content": "3+4="}], "image": image} for image in images])
+    with pytest.raises(ValueError, match=f"^The training prompts show images, and .*{fix}"):
+        BudgetGRPOTrainer(model="no-such-org/no-such-model", reward_funcs=first_token_parity,
+                          args=BudgetGRPOConfig(**config_kwargs(tmp_path, per_device_train_batch_size=8, **overrides)),
+                          train_dataset=data)

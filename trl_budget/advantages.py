@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import math
+from functools import partial
+
+import numpy as np
 import torch
 from trl.trainer.utils import nanstd
 
-__all__ = ["advantages_from_batch_outcomes", "grouped_advantages", "prompt_loss_weights"]
+__all__ = ["advantages_against_all_rollouts", "grouped_advantages", "prompt_loss_weights"]
 
 
 def grouped_advantages(
@@ -77,30 +81,45 @@ def grouped_advantages(
     return torch.nan_to_num(advantages, nan=0.0), is_std_zero
 
 
-def advantages_from_batch_outcomes(rewards: torch.Tensor, counts: torch.Tensor, wins: torch.Tensor,
-                                   trials: torch.Tensor, scale: bool, epsilon: float = 1e-6
-                                   ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Advantages of the trained rows (`counts[i]` of prompt i, consecutive) against a baseline from *all* the
-    prompt's rollouts of the batch: Reinforce-Ada's global statistics (the release's `global_stat_est`).
+def advantages_against_all_rollouts(trained: torch.Tensor, trained_counts: np.ndarray, generated: torch.Tensor,
+                                    generated_counts: np.ndarray, scale: bool, epsilon: float = 1e-6
+                                    ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Advantages of the trained rows against a baseline from *all* the prompt's rollouts of the batch: Reinforce-Ada's
+    global statistics (the release's `global_stat_est`).
 
-    The baseline is the mean of the prompt's 0/1 outcomes (`wins` successes among `trials` scored rollouts) and, with
-    `scale`, the advantage is divided by their unbiased standard deviation, clamped at `epsilon`, plus `epsilon`; a
-    prompt with at most one scored rollout gets mean 0 and deviation 1, as the release gives it. NaN rewards
-    (unscored rows) get 0.
+    `trained` holds the weighted rewards of the trained rows (`trained_counts[i]` of prompt i, consecutive) and
+    `generated` those of every rollout generated (`generated_counts[i]` of prompt i, consecutive); NaN marks an
+    unscored rollout. A prompt's baseline is the mean of its scored generated rewards and, with `scale`, the advantage
+    is divided by their unbiased standard deviation, clamped at `epsilon`, plus `epsilon`, as the release does over its
+    scores (0/1 there, where this is exactly the release's arithmetic). A prompt with at most one scored rollout gets
+    mean 0 and deviation 1, as the release gives it; a prompt whose scored rewards all agree gets advantage 0, as
+    GRPO gives a group without spread; unscored trained rows get 0.
 
     Returns:
-        `(advantages, is_std_zero)`, one value per row; `is_std_zero` where all the prompt's outcomes agree.
+        `(advantages, is_std_zero)`, one value per trained row; `is_std_zero` where all the prompt's rewards agree.
     """
-    wins, trials = wins.to(torch.float64), trials.to(torch.float64)
-    several = trials > 1
-    mean = torch.where(several, wins / trials.clamp(min=1), torch.zeros_like(trials))
-    variance = (wins * (1 - mean) ** 2 + (trials - wins) * mean**2) / (trials - 1).clamp(min=1)
-    std = torch.where(several, variance.sqrt().clamp(min=epsilon), torch.ones_like(trials))
-    advantages = rewards.to(torch.float64) - mean.repeat_interleave(counts)
+    values = generated.detach().to(torch.float64).cpu().numpy()
+    prompts = len(generated_counts)
+    mean, std, agree = np.zeros(prompts), np.ones(prompts), np.zeros(prompts, dtype=bool)
+    for prompt, start in enumerate(np.cumsum(generated_counts) - generated_counts):
+        scored = values[start : start + generated_counts[prompt]]
+        scored = scored[~np.isnan(scored)]
+        if scored.size < 2:
+            continue
+        mean[prompt] = scored.sum() / scored.size
+        # Summed over the distinct rewards (two for 0/1 rewards), so that 0/1 rewards give the release's numbers bit
+        # for bit: successes x (1 - mean)^2 + failures x mean^2.
+        distinct, times = np.unique(scored, return_counts=True)
+        variance = (times * (distinct - mean[prompt]) ** 2).sum() / (scored.size - 1)
+        std[prompt], agree[prompt] = max(math.sqrt(variance), epsilon), distinct.size == 1
+    per_row = torch.as_tensor(np.repeat(np.arange(prompts), trained_counts), device=trained.device)
+    as_tensor = partial(torch.as_tensor, device=trained.device)
+    advantages = trained.to(torch.float64) - as_tensor(mean)[per_row]
     if scale:
-        advantages = advantages / (std.repeat_interleave(counts) + epsilon)
-    is_std_zero = (several & (variance == 0)).repeat_interleave(counts)
-    return torch.nan_to_num(advantages, nan=0.0).to(rewards.dtype), is_std_zero
+        advantages = advantages / (as_tensor(std)[per_row] + epsilon)
+    is_std_zero = as_tensor(agree)[per_row]
+    advantages = torch.where(is_std_zero, torch.zeros_like(advantages), advantages)
+    return torch.nan_to_num(advantages, nan=0.0).to(trained.dtype), is_std_zero
 
 
 def prompt_loss_weights(counts: torch.Tensor, num_generations: int) -> torch.Tensor:

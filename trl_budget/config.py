@@ -6,6 +6,7 @@ import difflib
 import inspect
 import json
 import math
+import re
 import warnings
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -13,7 +14,8 @@ from typing import Any
 from trl import GRPOConfig
 
 from .allocators import allocator_class, release_pass_rate_rule
-from .checks import check_finite, check_whole_number, is_whole_number
+from .checks import (check_finite, check_flag, check_optional_name, check_whole_number, is_finite_number,
+                     is_whole_number)
 from .tracker import CapabilityTracker
 
 # TRL 1.16's losses, each positively homogeneous in the advantage (checked against TRL's own loss in the tests).
@@ -130,8 +132,9 @@ class BudgetGRPOConfig(GRPOConfig):
         reinforce_ada_max_rounds (`int`, *optional*, defaults to `4`):
             Most rounds per generation batch (the release's `max_rounds`).
         reinforce_ada_global_statistics (`bool`, *optional*, defaults to `True`):
-            The advantage baseline (mean and, with `scale_rewards="group"`, deviation) from the outcomes of all the
-            prompt's rollouts of the batch, not only the K trained (the release's `global_stat_est`).
+            The advantage baseline (mean and, with `scale_rewards="group"`, deviation) from the weighted rewards of all
+            the prompt's rollouts of the batch, not only the K trained (the release's `global_stat_est`, which takes
+            them over its 0/1 scores).
         reinforce_ada_max_generated (`int` or `None`, *optional*, defaults to `None`):
             Most rollouts generated per batch (its cost; the trained rollouts stay `generation_batch_size`). `None`:
             every round of every prompt.
@@ -291,8 +294,8 @@ class BudgetGRPOConfig(GRPOConfig):
     reinforce_ada_max_rounds: int = field(default=4, metadata={"help": "Reinforce-Ada: most rounds per batch."})
     reinforce_ada_global_statistics: bool = field(
         default=True,
-        metadata={"help": "Reinforce-Ada: the advantage baseline from all the prompt's rollouts of the batch, not "
-                  "only the trained ones."},
+        metadata={"help": "Reinforce-Ada: the advantage baseline (mean and deviation of the weighted rewards) from "
+                  "all the prompt's rollouts of the batch, not only the trained ones."},
     )
     reinforce_ada_max_generated: int | None = field(
         default=None,
@@ -349,11 +352,13 @@ class BudgetGRPOConfig(GRPOConfig):
         self.check_budget_settings()
 
     def check_budget_settings(self) -> None:
-        """Raise a `ValueError` naming the first budget setting that cannot work.
+        """Raise a `ValueError` naming the first budget setting that cannot work, or that the chosen rule never reads.
 
-        Builds the allocator and the tracker once, so that each of their settings is checked by its own constructor.
+        Every setting's type is checked before its range. Builds the allocator and the tracker once, so that each of
+        their settings is checked by its own constructor.
         """
         self.budget_allocator_kwargs = _parsed_allocator_kwargs(self.budget_allocator_kwargs)
+        self.check_setting_types()
         for name in ("min_generations", "max_generations"):  # first: every later rule builds on them
             check_whole_number(name, getattr(self, name), 1)
         if not self.min_generations <= self.num_generations <= self.max_generations:
@@ -364,9 +369,41 @@ class BudgetGRPOConfig(GRPOConfig):
             )
         self.resolve_release_settings()
         self.check_loss_weighting()
-        if self.advantage_clip is not None and not self.advantage_clip > 0:
+        if self.advantage_clip is not None and not (is_finite_number(self.advantage_clip) and self.advantage_clip > 0):
             raise ValueError(
-                f"advantage_clip must be a positive number or None (no clipping), got {self.advantage_clip}."
+                f"advantage_clip must be a positive number or None (no clipping), got {self.advantage_clip!r}."
+            )
+        if isinstance(self.success_reward_func, int) and self.success_reward_func < 0:
+            raise ValueError(
+                f"success_reward_func={self.success_reward_func} is not a reward function index; give the index "
+                "(from 0) or the name of one of the trainer's reward_funcs, or None for their weighted sum."
+            )
+        check_whole_number("budget_probe_generations", self.budget_probe_generations, 0)
+        if self.budget_probe_generations > self.min_generations:
+            raise ValueError(
+                f"budget_probe_generations={self.budget_probe_generations} must lie between 0 (no probe stage) and "
+                f"min_generations={self.min_generations}: the probe's rollouts are part of every prompt's count. "
+                "Lower it, or raise min_generations."
+            )
+        self.check_round_settings()
+        check_finite("pass_rate_prior_strength", self.pass_rate_prior_strength, 0.0, "above 0")
+        if self.budget_token_cap is not None:
+            check_finite("budget_token_cap", self.budget_token_cap, 0.0, "above 0 (a multiple of uniform's tokens)")
+        for name in ("budget_probe_history_weight", "budget_probe_prior_strength"):
+            if not (is_finite_number(getattr(self, name)) and getattr(self, name) >= 0):
+                raise ValueError(f"{name} must be a finite number, 0 or more, got {getattr(self, name)!r}.")
+        self.refuse_unread_settings()
+        self.make_allocator()
+        self.make_tracker()
+        self.warn_if_checkpoints_split_generation_batches()
+
+    def check_setting_types(self) -> None:
+        """The budget settings that are names or switches hold a name or a switch (numbers are checked with their
+        ranges, type first)."""
+        if not isinstance(self.budget_allocator, str):
+            raise ValueError(
+                f"budget_allocator must be the name of an allocator (a string such as 'knapsack', or a dotted path), "
+                f"got {self.budget_allocator!r}; pass an allocator object to the trainer as `allocator=` instead."
             )
         if isinstance(self.success_reward_func, bool) or not isinstance(self.success_reward_func, (int, str,
                                                                                                    type(None))):
@@ -374,28 +411,61 @@ class BudgetGRPOConfig(GRPOConfig):
                 f"success_reward_func={self.success_reward_func!r} is not a reward function's index or name; give the "
                 "index (from 0) or the name of one of the trainer's reward_funcs, or None for their weighted sum."
             )
-        if isinstance(self.success_reward_func, int) and self.success_reward_func < 0:
-            raise ValueError(
-                f"success_reward_func={self.success_reward_func} is not a reward function index; give the index "
-                "(from 0) or the name of one of the trainer's reward_funcs, or None for their weighted sum."
-            )
-        if not 0 <= self.budget_probe_generations <= self.min_generations:
-            raise ValueError(
-                f"budget_probe_generations={self.budget_probe_generations} must lie between 0 (no probe stage) and "
-                f"min_generations={self.min_generations}: the probe's rollouts are part of every prompt's count. "
-                "Lower it, or raise min_generations."
-            )
-        check_whole_number("budget_probe_generations", self.budget_probe_generations, 0)
-        self.check_round_settings()
-        check_finite("pass_rate_prior_strength", self.pass_rate_prior_strength, 0.0, "above 0")
-        if self.budget_token_cap is not None:
-            check_finite("budget_token_cap", self.budget_token_cap, 0.0, "above 0 (a multiple of uniform's tokens)")
-        for name in ("budget_probe_history_weight", "budget_probe_prior_strength"):
-            if not (getattr(self, name) >= 0 and math.isfinite(getattr(self, name))):
-                raise ValueError(f"{name} must be a finite number, 0 or more, got {getattr(self, name)}.")
-        self.make_allocator()
-        self.make_tracker()
-        self.warn_if_checkpoints_split_generation_batches()
+        for name in ("prompt_id_column", "pass_rate_prior_column", "prompt_group_column"):
+            check_optional_name(name, getattr(self, name), "a column of the training dataset")
+        for budget_field in fields(self):
+            if budget_field.name in _BUDGET_FIELDS and isinstance(budget_field.default, bool):
+                check_flag(budget_field.name, getattr(self, budget_field.name))
+
+    def refuse_unread_settings(self) -> None:
+        """A setting that the chosen rule never reads is refused, naming the rule that would read it: a setting
+        accepted and then ignored would make a run that is not the one asked for."""
+        changed = {f.name: getattr(self, f.name) for f in fields(self)
+                   if f.name in _BUDGET_FIELDS and not _same(getattr(self, f.name), f.default)}
+        for allocator in _ALLOCATORS_WITH_FIELDS:
+            own = [name for name in changed if name.startswith(f"{allocator}_")]
+            if own and self.budget_allocator != allocator:
+                raise ValueError(
+                    f"{own[0]}={changed[own[0]]!r} is read only by budget_allocator={allocator!r}, but this run's "
+                    f"allocator is {self.budget_allocator!r}, which would ignore it. Remove {own[0]}, or set "
+                    f"budget_allocator={allocator!r}."
+                )
+        rule, unread = self._rule_and_unread_settings()
+        ignored = [name for name in unread if name in changed]
+        if ignored:
+            name = ignored[0]
+            raise ValueError(f"{name}={changed[name]!r} is never read {rule}. Remove it{unread[name]}.")
+
+    def _rule_and_unread_settings(self) -> tuple[str, dict[str, str]]:
+        """The batch's rule in words, and the settings it never reads, each with the rest of its fix."""
+        if self.budget_allocator == "reinforce_ada":
+            fix = ", or choose a one-shot allocator ('knapsack', 'coba' or 'uniform') for it"
+            return ("under budget_allocator='reinforce_ada': it generates each batch in rounds of its own "
+                    "(reinforce_ada_samples_per_round, reinforce_ada_max_rounds, reinforce_ada_max_generated) and "
+                    "decides from the batch's own rollouts alone"), dict.fromkeys(
+                ("budget_probe_generations", "budget_round_generations", "budget_first_round_generations",
+                 "budget_max_rounds", "budget_token_cap", "pass_rate_prior_column", "prompt_group_column",
+                 "pass_rate_prior_strength", "budget_probe_history_weight", "budget_probe_prior_strength"), fix)
+        if self.budget_round_generations:
+            return ("with rounds until mixed (budget_round_generations): every prompt's first round is the same, and "
+                    "the top-up spreads the budget left, not token-capped, from rates that include the batch's "
+                    "rollouts (the tracker's history, budget_probe_history_weight and budget_probe_prior_strength; "
+                    "no prior)"), dict.fromkeys(
+                ("budget_token_cap", "pass_rate_prior_column", "prompt_group_column", "pass_rate_prior_strength"),
+                ", or set budget_round_generations=0 for a one-shot allocation that reads it")
+        unread = dict.fromkeys(("budget_first_round_generations", "budget_max_rounds"),
+                               ", or turn rounds until mixed on with budget_round_generations")
+        if not self.budget_probe_generations:
+            unread.update(dict.fromkeys(("budget_probe_history_weight", "budget_probe_prior_strength"),
+                                        ", or turn a probe stage on (budget_probe_generations) or rounds until mixed "
+                                        "(budget_round_generations), which read it"))
+        if self.budget_allocator == "uniform":  # uniform never reads a pass rate
+            unread.update(dict.fromkeys(("pass_rate_prior_column", "prompt_group_column", "pass_rate_prior_strength"),
+                                        ", or choose an allocator that reads pass rates ('knapsack' or 'coba')"))
+        elif self.pass_rate_prior_column is None and self.prompt_group_column is None:
+            unread["pass_rate_prior_strength"] = ", or name a prior with pass_rate_prior_column or prompt_group_column"
+        stage = "with a probe stage" if self.budget_probe_generations else "in one shot (no probe, no rounds)"
+        return f"by budget_allocator={self.budget_allocator!r} {stage}", unread
 
     def check_round_settings(self) -> None:
         """Rounds until mixed: whole counts within the bounds, and not together with a probe stage."""
@@ -513,6 +583,20 @@ class BudgetGRPOConfig(GRPOConfig):
         return config
 
 
+# The fields this config adds to TRL's, and the built-in allocators whose options are fields of their own.
+_BUDGET_FIELDS = frozenset(name for name in BudgetGRPOConfig.__dataclass_fields__
+                           if name not in GRPOConfig.__dataclass_fields__)
+_ALLOCATORS_WITH_FIELDS = ("knapsack", "coba", "reinforce_ada")
+
+
+def _same(value, default) -> bool:
+    """A setting left at its default: the same value (a NaN never is)."""
+    try:
+        return value is default or bool(value == default)
+    except (TypeError, ValueError):  # an object that cannot be compared with the default: not the default
+        return False
+
+
 def _parameters(cls) -> set[str] | None:
     """Names the constructor accepts; None when it takes any keyword."""
     try:
@@ -558,6 +642,7 @@ def _check_allocator_kwargs(allocator: str, cls, kwargs: dict[str, Any] | None) 
 
 
 def _name_the_field(message: str, field_of) -> str:
-    """A constructor's message, starting with its argument's name, restated with the config field that sets it."""
-    argument, _, rest = message.partition(" ")
-    return f"{field_of(argument)} {rest}" if rest else message
+    """A constructor's message, starting with its argument's name (`kappa must ...` or `kappa=3 is ...`), restated
+    with the config field that sets it."""
+    match = re.match(r"(\w+)(?=[ =])", message)
+    return f"{field_of(match.group(1))}{message[match.end():]}" if match else message

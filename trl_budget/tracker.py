@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from .checks import is_finite_number, is_missing, is_whole_number
+from .checks import check_whole_number, is_finite_number, is_missing, is_whole_number
 
 __all__ = ["CapabilityTracker", "SettingsMismatch", "group_name", "prompt_key"]
 
@@ -110,8 +110,7 @@ class CapabilityTracker:
     ):
         for name, value in (("window", window), ("failure_rate_window", failure_rate_window),
                             ("min_rollouts", min_rollouts)):
-            if not is_whole_number(value) or value < 1:
-                raise ValueError(f"{name} must be a whole number of at least 1, got {value!r}.")
+            check_whole_number(name, value, 1)
         if rollout_pool is not None and not (is_whole_number(rollout_pool) and 0 <= rollout_pool <= MAX_ROLLOUT_POOL):
             raise ValueError(
                 f"rollout_pool must be None, 0 (off) or a number of rollouts up to {MAX_ROLLOUT_POOL}, got "

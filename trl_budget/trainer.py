@@ -24,7 +24,7 @@ from transformers.utils import logging
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import get_callable_name, get_config_model_id
 
-from .advantages import advantages_from_batch_outcomes, grouped_advantages, prompt_loss_weights
+from .advantages import advantages_against_all_rollouts, grouped_advantages, prompt_loss_weights
 from .allocators import Allocator
 from .allocators.token_cap import allocate_under_token_cap, check_token_cap_allocator
 from .checkpoint import TRACKER_STATE_NAME, latest_complete_checkpoint, load_tracker_state, write_json_atomically
@@ -115,7 +115,7 @@ class BudgetGRPOTrainer(GRPOTrainer):
         self.tracker = tracker if tracker is not None else args.make_tracker()
         self._success_reward_index = success_reward_index(args.success_reward_func, reward_funcs)
         self._extreme_batches = 0  # consecutive batches whose rollouts were all solved, or all failed
-        self._warned_slow_allocation = False
+        self._warned_slow_allocation = self._warned_overflow = False
         prompts_per_batch = args.generation_batch_size // args.num_generations
         if (prompts_per_batch * args.budget_probe_generations) % args.world_size:
             raise ValueError(
@@ -133,6 +133,9 @@ class BudgetGRPOTrainer(GRPOTrainer):
             check_token_cap_allocator(self.allocator, args.budget_token_cap)
         if hasattr(self.allocator, "round_rule"):
             check_rounds_allocator(self.allocator, args, prompts_per_batch)
+        if dataset_shows_images(train_dataset):
+            refuse_images_in_rounds(self.allocator, args)
+        warn_if_rounds_cannot_follow_the_first(self.allocator, args, prompts_per_batch)
         self._budget_history = {"rollouts_per_prompt": [], "pass_rates": []}
         self.last_rollout_plan: RolloutPlan | None = None  # the latest training batch's allocation, for inspection
         super().__init__(model, reward_funcs, args, *positional, **kwargs)
@@ -248,7 +251,28 @@ class BudgetGRPOTrainer(GRPOTrainer):
             if failed:
                 rank, message = failed[0]
                 raise RuntimeError(f"A reward function failed on process {rank}, so every process stops: {message}")
+        self._refuse_infinite_rewards(self._gathered_rewards, prompts)
         return self._gathered_rewards
+
+    def _refuse_infinite_rewards(self, rewards: torch.Tensor, prompts: list) -> None:
+        """Stop at the batch where a reward is infinite, naming the function, the prompt and the value, on every
+        process alike (all hold the same gathered rewards). TRL would turn that rollout's group into NaN and then zero
+        advantages, the tracker would count +inf as a success, and Reinforce-Ada's baseline would train NaN weights.
+        NaN stays what it is in TRL: a rollout that a function could not score (it returned None)."""
+        infinite = torch.isinf(rewards)
+        if not infinite.any():
+            return
+        row, column = (int(index) for index in infinite.nonzero()[0])
+        every_prompt = gather_object(list(prompts)) if self.accelerator.num_processes > 1 else list(prompts)
+        shown = repr(every_prompt[row])
+        raise ValueError(
+            f"The reward function {self.reward_func_names[column]!r} gave {float(rewards[row, column])} to a "
+            f"completion of the prompt {shown[:200] + ('...' if len(shown) > 200 else '')} (generated on process "
+            f"{row // len(prompts)}): a reward must be finite, and TRL keeps rewards in float32, where anything beyond "
+            "±3.4e38 is infinite. An infinite reward would zero its group's advantages (NaN weights under "
+            "Reinforce-Ada's baseline) and count as a success. Return a finite reward (clip or rescale it), or None "
+            "for a rollout that cannot be scored, which TRL leaves out of the baseline."
+        )
 
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
         # Rows are already one rollout each, so vLLM server mode must not deduplicate them by a fixed group size:
@@ -268,6 +292,8 @@ class BudgetGRPOTrainer(GRPOTrainer):
         history_rates, from_prior, groups = self._history_rates(prompts, keys)
         failure_rate = self.tracker.failure_rate
         rule = self._round_rule(keys, history_rates, budget, failure_rate)
+        if not rule.single_round and any(_has_images(row) for row in prompts):  # a streamed dataset's images
+            refuse_images_in_rounds(self.allocator, self.args)
         rounds = GeneratedRounds(len(prompts), self.accelerator.num_processes, self.accelerator.process_index)
         seed = self._layout_seed * 1_000_003 + self.state.global_step
         zero_std_logged = len(self._metrics["train"]["frac_reward_zero_std"])
@@ -286,10 +312,11 @@ class BudgetGRPOTrainer(GRPOTrainer):
                                                     self.args.budget_probe_generations, rounds.counts_per_round(),
                                                     rewards.cpu().numpy())
         counts, output, device = trained.counts, trained.output, trained.rewards.device
+        generated_rewards, lengths = rounds.gathered_in_plan_order()
         if trl_layout:
             advantages = output["advantages"]  # TRL's, and its zero-std share, bit for bit: not computed twice
         else:
-            advantages, is_std_zero = self._advantages(rule, rounds, trained)
+            advantages, is_std_zero = self._advantages(rule, rounds, trained, generated_rewards)
             zero_std = self._metrics["train"]["frac_reward_zero_std"]
             del zero_std[zero_std_logged:]  # one figure for the batch, not one per round
             zero_std.append(is_std_zero.float().mean().item())
@@ -303,7 +330,6 @@ class BudgetGRPOTrainer(GRPOTrainer):
             self._relog_advantages(rounds, trained, advantages)
 
         # The tracker learns from every rollout generated, trained or not.
-        generated_rewards, lengths = rounds.gathered_in_plan_order()
         batch_failure_rate = self.tracker.update(
             np.repeat(keys, rounds.counts),
             self._success_rewards(generated_rewards, self._weighted_rewards(generated_rewards)),
@@ -311,20 +337,20 @@ class BudgetGRPOTrainer(GRPOTrainer):
         self._warn_if_success_never_varies(batch_failure_rate)
         self._metrics["train"]["budget/completion_tokens"].append(float(output["num_items_in_batch"]))
         self._record_budget_metrics(plan, rewards, advantages, from_prior)
+        self._warn_if_spread_overflows(plan.counts, plan.rewards, advantages)
         self._record_round_metrics(rule, rounds, trained)
         self._record_allocation_time(time.perf_counter() - started)
         return output
 
-    def _advantages(self, rule, rounds: GeneratedRounds, trained) -> tuple[torch.Tensor, torch.Tensor]:
+    def _advantages(self, rule, rounds: GeneratedRounds, trained, generated_rewards: torch.Tensor
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
         """GRPO's advantages over each prompt's trained rows or, under Reinforce-Ada's global statistics, against the
-        outcomes of all its rollouts of the batch."""
+        weighted rewards of all its rollouts of the batch (`generated_rewards`, per function, in plan order)."""
         settings = getattr(rule, "settings", None)
         if settings is not None and settings.global_statistics:
-            device = trained.rewards.device
-            return advantages_from_batch_outcomes(
-                self._weighted_rewards(trained.rewards), torch.as_tensor(trained.counts, device=device),
-                torch.as_tensor(rounds.wins, device=device), torch.as_tensor(rounds.trials, device=device),
-                scale=self.scale_rewards != "none")
+            return advantages_against_all_rollouts(
+                self._weighted_rewards(trained.rewards), trained.counts, self._weighted_rewards(generated_rewards),
+                rounds.counts, scale=self.scale_rewards != "none")
         return grouped_advantages(trained.rewards, torch.as_tensor(trained.counts, device=trained.rewards.device),
                                   self.reward_weights, self.scale_rewards, self.multi_objective_aggregation)
 
@@ -445,6 +471,26 @@ class BudgetGRPOTrainer(GRPOTrainer):
         rewards = self._success_rewards(rewards_per_func, self._weighted_rewards(rewards_per_func))
         with np.errstate(invalid="ignore"):
             return np.where(np.isnan(rewards), np.nan, (rewards >= self.tracker.success_threshold).astype(np.float64))
+
+    def _warn_if_spread_overflows(self, counts: np.ndarray, rewards: np.ndarray, advantages: torch.Tensor) -> None:
+        """Warn once when a group's rewards differ yet all its advantages are 0: their spread overflowed float32,
+        where TRL computes a group's standard deviation (`GRPOTrainer` zeroes such a group too)."""
+        if self._warned_overflow:
+            return
+        starts = np.cumsum(counts) - counts
+        with np.errstate(invalid="ignore"):
+            spread = np.fmax.reduceat(rewards, starts) > np.fmin.reduceat(rewards, starts)
+        silent = ~np.logical_or.reduceat(advantages.detach().cpu().numpy() != 0, starts)
+        if (spread & silent).any() and self.accelerator.is_main_process:
+            self._warned_overflow = True
+            largest = float(np.nanmax(np.abs(rewards)))
+            logger.warning(
+                f"{int((spread & silent).sum())} group(s) of this batch have rewards that differ (up to {largest:.3g} "
+                "in size) and yet advantage 0 on every rollout: the squared spread of their rewards overflows float32 "
+                "(beyond about 1.8e19), in which TRL computes a group's standard deviation, so GRPOTrainer zeroes "
+                "them too and they train nothing. Rescale the rewards (to within about ±1e9) to train on them. This "
+                "warning is not repeated."
+            )
 
     def _warn_if_success_never_varies(self, batch_failure_rate: float | None) -> None:
         """Warn once when every rollout of many batches in a row was judged solved, or every one failed."""
@@ -693,6 +739,84 @@ def check_rounds_allocator(allocator, args: BudgetGRPOConfig, prompts_per_batch:
             f"summed rewards; scale_rewards={args.scale_rewards!r} with multi_objective_aggregation="
             f"{args.multi_objective_aggregation!r} has no such meaning. Use scale_rewards='group' or 'none' with "
             "'sum_then_normalize', or set reinforce_ada_global_statistics=False."
+        )
+
+
+def _has_images(row: dict[str, Any]) -> bool:
+    """A row whose prompt shows images: in TRL's `image`/`images` column, or as image parts of its messages."""
+    if any(row.get(name) is not None for name in IMAGE_COLUMNS):
+        return True
+    prompt = row.get("prompt")
+    return isinstance(prompt, list) and any(
+        isinstance(message, dict) and isinstance(message.get("content"), list)
+        and any(isinstance(part, dict) and part.get("type") == "image" for part in message["content"])
+        for message in prompt)
+
+
+def dataset_shows_images(dataset) -> bool:
+    """The training dataset has an image column, or its first row's prompt holds an image (map-style datasets)."""
+    names = getattr(dataset, "column_names", None)
+    if isinstance(names, list) and any(name in names for name in IMAGE_COLUMNS):
+        return True
+    if dataset is None or isinstance(dataset, dict) or not hasattr(dataset, "__len__") or len(dataset) == 0:
+        return False
+    first = dataset[0]
+    return isinstance(first, dict) and _has_images(first)
+
+
+def refuse_images_in_rounds(allocator, args: BudgetGRPOConfig) -> None:
+    """Rounds merge, gather and down-sample TRL's generation outputs, which cannot carry multimodal fields yet: say so
+    before anything is generated, with the fix for the rule in use."""
+    if hasattr(allocator, "round_rule"):
+        rule, fix = (f"{allocator!r} generates each batch in rounds and trains a subset of the rows",
+                     "train vision prompts with a one-shot allocator (budget_allocator='knapsack', 'coba' or "
+                     "'uniform')")
+    elif args.budget_round_generations:
+        rule, fix = (f"budget_round_generations={args.budget_round_generations} generates each batch in rounds",
+                     "set budget_round_generations=0 (the allocator then decides in one shot)")
+    elif args.budget_probe_generations:
+        rule, fix = (f"budget_probe_generations={args.budget_probe_generations} generates each batch in two stages",
+                     "set budget_probe_generations=0 (the allocator then decides in one shot, from history)")
+    else:
+        return
+    raise ValueError(
+        f"The training prompts show images, and {rule}, which cannot merge multimodal generation outputs yet. To "
+        f"{fix}."
+    )
+
+
+def warn_if_rounds_cannot_follow_the_first(allocator, args: BudgetGRPOConfig, prompts_per_batch: int) -> None:
+    """Warn once, at construction, when the first round of every batch spends the whole generation budget: the rule
+    then never takes a second round and trains as uniform GRPO does, silently."""
+    if args.process_index != 0:
+        return
+    if hasattr(allocator, "round_rule") and hasattr(allocator, "generation_cap"):
+        first = prompts_per_batch * allocator.samples_per_round
+        cap = allocator.generation_cap(prompts_per_batch)
+        if first < cap and allocator.max_rounds > 1:
+            return
+        why = (f"reinforce_ada_max_rounds={allocator.max_rounds}" if allocator.max_rounds == 1 else
+               f"its first round takes {prompts_per_batch} prompts x reinforce_ada_samples_per_round="
+               f"{allocator.samples_per_round} = {first} rollouts, the whole reinforce_ada_max_generated={cap}")
+        one_round = ("uniform GRPO" if allocator.samples_per_round == allocator.keep
+                     else f"one round of {allocator.samples_per_round} per prompt, down-sampled to K")
+        logger.warning(
+            f"Reinforce-Ada can never take a second round here: {why}. Every batch is then {one_round}, with "
+            f"K={args.num_generations} rollouts trained per prompt. A batch holds generation_batch_size / num_generations = "
+            f"{args.generation_batch_size} / {args.num_generations} = {prompts_per_batch} prompts, since "
+            "num_generations is K, the rollouts trained of each: to keep P prompts per batch at K, set "
+            "per_device_train_batch_size so that generation_batch_size = P x K, and leave the later rounds room "
+            "under reinforce_ada_max_generated."
+        )
+    elif args.budget_round_generations:
+        first = args.budget_first_round_generations or args.min_generations
+        if first < args.num_generations:
+            return
+        logger.warning(
+            f"Rounds until mixed can never take a second round here: budget_first_round_generations={first} equals "
+            f"num_generations, so the first round ({prompts_per_batch} prompts x {first} = "
+            f"{prompts_per_batch * first} rollouts) spends the batch's whole budget, and every batch is uniform "
+            "GRPO. Lower budget_first_round_generations (it defaults to min_generations)."
         )
 
 

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from ..checks import check_finite
+from ..checks import check_finite, is_finite_number
 from .base import _BoundedAllocator, _check_failure_rate
 from .registry import register_allocator
 from .solver import allocate_by_curves, spread_evenly
@@ -42,9 +42,10 @@ class CoBAAllocator(_BoundedAllocator):
         super().__init__(min_generations, max_generations)
         check_finite("kappa", kappa, 2.0, "above 2, so that alpha and beta can both be at least 1")
         check_finite("gamma", gamma, 0.0, "above 0 (the steepness of the sigmoid on failure rates below 0.5)")
-        if not 0.0 <= exploration_share <= 1.0:
-            raise ValueError(f"exploration_share must lie in [0, 1], got {exploration_share}.")
-        if not 0.0 <= hard_threshold < easy_threshold <= 1.0:
+        if not (is_finite_number(exploration_share) and 0.0 <= exploration_share <= 1.0):
+            raise ValueError(f"exploration_share must lie in [0, 1], got {exploration_share!r}.")
+        if not (is_finite_number(hard_threshold) and is_finite_number(easy_threshold)
+                and 0.0 <= hard_threshold < easy_threshold <= 1.0):
             raise ValueError(
                 f"need 0 <= hard_threshold < easy_threshold <= 1, got {hard_threshold} and {easy_threshold}."
             )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..checks import check_whole_number
+from ..checks import check_whole_number, is_finite_number
 from .base import _BoundedAllocator
 from .registry import register_allocator
 from .solver import allocate_by_curves, spread_evenly
@@ -56,8 +56,8 @@ class KnapsackAllocator(_BoundedAllocator):
         fallback_confidence: float = 0.9,
     ):
         super().__init__(min_generations, max_generations)
-        if not 0.0 < fallback_confidence < 1.0:
-            raise ValueError(f"fallback_confidence must lie in (0, 1), got {fallback_confidence}.")
+        if not (is_finite_number(fallback_confidence) and 0.0 < fallback_confidence < 1.0):
+            raise ValueError(f"fallback_confidence must lie in (0, 1), got {fallback_confidence!r}.")
         for name, count in (
             ("default_generations", default_generations),
             ("zero_pass_generations", zero_pass_generations),

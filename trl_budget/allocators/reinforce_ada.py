@@ -12,8 +12,10 @@ As the verl release does it (`RLHFlow/Reinforce-Ada`, `algorithm.multiround_adap
   `"positive_focused"`, ceil(share of successes x K) successes (at least 1, at most K - 1) and the rest failures,
   each side filled from the other when short. Successes come first in the group, then failures.
 - The advantage baseline (`reinforce_ada_global_statistics`, the release's `global_stat_est`): the mean, and for
-  the division the unbiased standard deviation, of the 0/1 outcomes of *all* the prompt's rollouts of the batch (mean
-  0 and deviation 1 for a prompt with at most one), not of the K trained ones.
+  the division the unbiased standard deviation, of the rewards of *all* the prompt's rollouts of the batch (mean 0
+  and deviation 1 for a prompt with at most one), not of the K trained ones. The release takes them over its scores,
+  0/1 in its recipes; here over the weighted rewards, which is its arithmetic for 0/1 rewards
+  (`advantages.advantages_against_all_rollouts`).
 
 Where the release is silent, TRL's conventions: a success is a reward at or above `success_threshold` (the release:
 strictly above its `positive_threshold`; the same for 0/1 rewards), the division follows `scale_rewards` ("group":
@@ -93,14 +95,20 @@ class ReinforceAda:
     def __init__(self, choice: str = "balanced", samples_per_round: int = 8, max_rounds: int = 4,
                  global_statistics: bool = True, max_generated: int | None = None,
                  default_generations: int | None = None):
-        if choice not in CHOICES:
-            raise ValueError(f"choice={choice!r} is not a Reinforce-Ada exit rule: choose 'balanced' (K/2 successes "
-                             "and K/2 failures) or 'positive_focused' (one success).")
+        if not (isinstance(choice, str) and choice in CHOICES):
+            raise ValueError(f"choice must be a Reinforce-Ada exit rule, got {choice!r}: choose 'balanced' (K/2 "
+                             "successes and K/2 failures) or 'positive_focused' (one success).")
         check_whole_number("max_rounds", max_rounds, 1)
         if default_generations is not None:
             check_whole_number("default_generations", default_generations, 1)
         keep = default_generations or 1
-        check_whole_number("samples_per_round", samples_per_round, keep)
+        check_whole_number("samples_per_round", samples_per_round, 1)
+        if samples_per_round < keep:
+            raise ValueError(
+                f"samples_per_round must be at least num_generations={keep} (K, the rollouts trained of each prompt: "
+                f"every prompt needs K after the first round), got {samples_per_round!r}. Raise it to {keep}, or "
+                "lower num_generations."
+            )
         if max_generated is not None:
             check_whole_number("max_generated", max_generated, 1)
         if not isinstance(global_statistics, bool):

@@ -1,0 +1,156 @@
+"""Settings refused before any compute: a wrong type before a range, counts beyond any batch, and every setting that
+the chosen rule would never read, each named with the rule that reads it and the fix."""
+
+import logging
+from dataclasses import fields
+
+import pytest
+from helpers import config_kwargs, make_trainer
+from trl import GRPOConfig
+
+from trl_budget import BudgetGRPOConfig
+
+BUDGET_FIELDS = [f for f in fields(BudgetGRPOConfig) if f.name not in GRPOConfig.__dataclass_fields__]
+NUMBERS = [f.name for f in BUDGET_FIELDS if isinstance(f.default, (int, float)) and not isinstance(f.default, bool)
+           or f.name in ("budget_token_cap", "advantage_clip", "budget_first_round_generations", "budget_max_rounds",
+                         "reinforce_ada_max_generated", "pass_rate_window", "pass_rate_rollout_pool",
+                         "pass_rate_min_rollouts", "failure_rate_window")]
+SWITCHES = [f.name for f in BUDGET_FIELDS if isinstance(f.default, bool)]
+
+
+def rule_reading(name: str) -> dict:
+    """Settings under which `name` is read, so that only its own value can be refused."""
+    if name.startswith(("reinforce_ada_", "coba_")):
+        return {"budget_allocator": name.split("_")[0] if name.startswith("coba_") else "reinforce_ada"}
+    if name in ("budget_first_round_generations", "budget_max_rounds"):
+        return {"budget_round_generations": 2}
+    if name in ("budget_probe_history_weight", "budget_probe_prior_strength"):
+        return {"budget_probe_generations": 2}
+    if name == "pass_rate_prior_strength":
+        return {"prompt_group_column": "level"}
+    return {}
+
+
+@pytest.mark.parametrize("name", NUMBERS)
+@pytest.mark.parametrize("value", ["2", [2]])
+def test_a_number_of_the_wrong_type_is_named_before_any_range_check(tmp_path, name, value):
+    # Before: budget_probe_generations="2" raised TypeError: '<=' not supported between 'int' and 'str'.
+    with pytest.raises(ValueError, match=f"^{name}(=\\S+)? must (be|lie)"):
+        BudgetGRPOConfig(**config_kwargs(tmp_path, **rule_reading(name), **{name: value}))
+
+
+@pytest.mark.parametrize("name", SWITCHES)
+def test_a_switch_must_be_true_or_false(tmp_path, name):
+    with pytest.raises(ValueError, match=f"^{name} must be True or False, got 'no'"):
+        BudgetGRPOConfig(**config_kwargs(tmp_path, **rule_reading(name), **{name: "no"}))
+
+
+@pytest.mark.parametrize("name", ["prompt_id_column", "pass_rate_prior_column", "prompt_group_column"])
+def test_a_column_setting_must_name_a_column(tmp_path, name):
+    with pytest.raises(ValueError, match=f"^{name} must be a column of the training dataset"):
+        BudgetGRPOConfig(**config_kwargs(tmp_path, **{name: ["level"]}))
+
+
+@pytest.mark.parametrize(
+    "overrides, name",
+    [
+        ({"max_generations": 10**40}, "max_generations"),
+        ({"min_generations": 10**40}, "min_generations"),
+        ({"budget_round_generations": 10**40}, "budget_round_generations"),
+        ({"budget_allocator": "reinforce_ada", "reinforce_ada_samples_per_round": 10**40},
+         "reinforce_ada_samples_per_round"),
+        ({"budget_allocator": "reinforce_ada", "reinforce_ada_max_generated": 10**40}, "reinforce_ada_max_generated"),
+        ({"pass_rate_window": 10**40}, "pass_rate_window"),
+    ],
+)
+def test_a_count_beyond_any_batch_is_refused_at_construction(tmp_path, overrides, name):
+    # Before: max_generations=10**40 passed and rounds failed at the first batch with an OverflowError.
+    with pytest.raises(ValueError, match=f"^{name} must be a whole number of at most 2147483647, got 10000"):
+        BudgetGRPOConfig(**config_kwargs(tmp_path, **overrides))
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        # Another allocator's options.
+        ({"budget_allocator": "knapsack", "reinforce_ada_choice": "bogus"},
+         r"^reinforce_ada_choice='bogus' is read only by budget_allocator='reinforce_ada', but this run's allocator is "
+         r"'knapsack', which would ignore it\. Remove reinforce_ada_choice, or set budget_allocator='reinforce_ada'"),
+        ({"budget_allocator": "uniform", "reinforce_ada_max_generated": 512}, "^reinforce_ada_max_generated=512 is "),
+        ({"budget_allocator": "coba", "knapsack_fallback": False}, "^knapsack_fallback=False is read only by "
+                                                                   "budget_allocator='knapsack'"),
+        ({"budget_allocator": "knapsack", "coba_kappa": 20.0}, "^coba_kappa=20.0 is read only by "),
+        # Rounds settings without rounds.
+        ({"budget_first_round_generations": 2}, r"^budget_first_round_generations=2 is never read by "
+                                                r"budget_allocator='knapsack' in one shot .* or turn rounds until "
+                                                "mixed on with budget_round_generations"),
+        ({"budget_max_rounds": 3}, "^budget_max_rounds=3 is never read by budget_allocator='knapsack' in one shot"),
+        ({"budget_probe_prior_strength": 2.0}, "^budget_probe_prior_strength=2.0 is never read .* turn a probe stage "
+                                               "on"),
+        # Reinforce-Ada decides from the batch alone.
+        ({"budget_allocator": "reinforce_ada", "budget_round_generations": 2},
+         "^budget_round_generations=2 is never read under budget_allocator='reinforce_ada': it generates each batch "
+         "in rounds of its own"),
+        ({"budget_allocator": "reinforce_ada", "budget_max_rounds": 2}, "^budget_max_rounds=2 is never read under "),
+        ({"budget_allocator": "reinforce_ada", "pass_rate_prior_column": "prior"},
+         "^pass_rate_prior_column='prior' is never read under budget_allocator='reinforce_ada'.* or choose a one-shot "
+         "allocator"),
+        ({"budget_allocator": "reinforce_ada", "prompt_group_column": "level"}, "^prompt_group_column='level' is "),
+        # Rounds until mixed: the top-up is neither token-capped nor informed by a prior.
+        ({"budget_round_generations": 2, "budget_token_cap": 1.0},
+         r"^budget_token_cap=1.0 is never read with rounds until mixed \(budget_round_generations\).* set "
+         "budget_round_generations=0 for a one-shot allocation that reads it"),
+        ({"budget_round_generations": 2, "pass_rate_prior_column": "prior"}, "^pass_rate_prior_column='prior' is "
+                                                                             "never read with rounds until mixed"),
+        ({"budget_round_generations": 2, "prompt_group_column": "level"}, "^prompt_group_column='level' is never "),
+        # Uniform reads no pass rate.
+        ({"budget_allocator": "uniform", "prompt_group_column": "level"},
+         "^prompt_group_column='level' is never read by budget_allocator='uniform' .* choose an allocator that reads "
+         "pass rates"),
+        ({"pass_rate_prior_strength": 4.0}, "^pass_rate_prior_strength=4.0 is never read .* name a prior"),
+    ],
+)
+def test_a_setting_the_rule_never_reads_is_refused(tmp_path, overrides, message):
+    with pytest.raises(ValueError, match=message):
+        BudgetGRPOConfig(**config_kwargs(tmp_path, **overrides))
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"budget_allocator": "knapsack", "knapsack_fallback": False, "pass_rate_prior_column": "prior",
+         "pass_rate_prior_strength": 4.0},
+        {"budget_allocator": "coba", "coba_kappa": 20.0, "budget_probe_generations": 2,
+         "budget_probe_prior_strength": 2.0},
+        {"budget_allocator": "uniform", "budget_round_generations": 2, "budget_first_round_generations": 2,
+         "budget_max_rounds": 3, "budget_probe_history_weight": 0.25},
+        {"budget_allocator": "reinforce_ada", "reinforce_ada_choice": "positive_focused",
+         "reinforce_ada_max_generated": 64},
+    ],
+)
+def test_settings_the_rule_reads_are_accepted(tmp_path, overrides):
+    BudgetGRPOConfig(**config_kwargs(tmp_path, **overrides))
+
+
+def test_a_reinforce_ada_run_whose_first_round_spends_the_cap_is_warned_about(tmp_path, tokenizer, caplog):
+    # 8 rows per batch at K = 4: 2 prompts; 4 a round: the first round is 8 rollouts, the whole cap of 8.
+    with caplog.at_level(logging.WARNING, logger="trl_budget.trainer"):
+        make_trainer(tmp_path, tokenizer, budget_allocator="reinforce_ada", reinforce_ada_samples_per_round=4,
+                     reinforce_ada_max_generated=8)
+    assert caplog.text.count("Reinforce-Ada can never take a second round here") == 1
+    assert ("its first round takes 2 prompts x reinforce_ada_samples_per_round=4 = 8 rollouts, the whole "
+            "reinforce_ada_max_generated=8. Every batch is then uniform GRPO") in caplog.text
+    assert "generation_batch_size / num_generations = 8 / 4 = 2 prompts" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="trl_budget.trainer"):
+        make_trainer(tmp_path, tokenizer, budget_allocator="reinforce_ada", reinforce_ada_samples_per_round=4,
+                     reinforce_ada_max_generated=16)
+        make_trainer(tmp_path, tokenizer, budget_round_generations=2, budget_first_round_generations=2)
+    assert "can never take a second round" not in caplog.text
+
+
+def test_rounds_whose_first_round_spends_the_budget_are_warned_about(tmp_path, tokenizer, caplog):
+    with caplog.at_level(logging.WARNING, logger="trl_budget.trainer"):
+        make_trainer(tmp_path, tokenizer, budget_round_generations=2, budget_first_round_generations=4)
+    assert ("Rounds until mixed can never take a second round here: budget_first_round_generations=4 equals "
+            "num_generations, so the first round (2 prompts x 4 = 8 rollouts)") in caplog.text
