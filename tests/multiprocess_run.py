@@ -11,6 +11,7 @@
     multiprocess_run.py OUTPUT_DIR coba-environment-probe   # any of the agent modes, with a probe stage of 2
     multiprocess_run.py OUTPUT_DIR failing-allocator  # the allocator raises at the second step
     multiprocess_run.py OUTPUT_DIR failing-reward     # the reward function raises on rank 1 only, at the second step
+    multiprocess_run.py OUTPUT_DIR infinite-reward    # one rollout on rank 1 earns infinity, at the second step
     multiprocess_run.py OUTPUT_DIR knapsack-rank-seed # each rank is given its own `seed` (its rank)
     multiprocess_run.py OUTPUT_DIR knapsack-beyond    # a column prior, group pools, prompt-weighted loss, token cap
 """
@@ -109,9 +110,17 @@ def parity_reward_failing_on_rank_1(completions, answer, trainer_state, **kwargs
     return parity_reward(completions, answer)
 
 
+def parity_reward_infinite_on_rank_1(completions, answer, trainer_state, **kwargs):
+    """The parity reward, except that one rollout on rank 1 earns infinity at the second step."""
+    rewards = parity_reward(completions, answer)
+    if int(os.environ["RANK"]) == 1 and trainer_state.global_step == 1:
+        rewards[-1] = float("inf")
+    return rewards
+
+
 def main(output_dir: str, mode: str):
     tokenizer = build_char_tokenizer(ALPHABET)
-    failing = mode in ("failing-allocator", "failing-reward")
+    failing = mode in ("failing-allocator", "failing-reward", "infinite-reward")
     allocator = "knapsack" if failing else mode.split("-")[0]  # knapsack-probe, coba, uniform-rounds, ...
     beyond = {}
     if mode.endswith("-beyond"):
@@ -153,7 +162,8 @@ def main(output_dir: str, mode: str):
         output_dir, tokenizer, trainer_class=RecordingTrainer, per_device_train_batch_size=4, max_steps=9,
         budget_allocator=allocator, save_strategy="steps", save_steps=9,
         allocator=FailingAllocator() if mode == "failing-allocator" else None,
-        reward_funcs=parity_reward_failing_on_rank_1 if mode == "failing-reward" else reward_funcs or scored,
+        reward_funcs={"failing-reward": parity_reward_failing_on_rank_1,
+                      "infinite-reward": parity_reward_infinite_on_rank_1}.get(mode, reward_funcs or scored),
         budget_probe_generations=2 if "-probe" in mode else 0,
         budget_round_generations=2 if mode.endswith("-rounds") else 0,
         seed=int(os.environ["RANK"]) if mode.endswith("-rank-seed") else 0, **beyond,
@@ -162,7 +172,7 @@ def main(output_dir: str, mode: str):
     if failing:
         try:
             trainer.train()
-        except RuntimeError as error:
+        except (RuntimeError, ValueError) as error:
             # What an exception handler that saves or retries does: reach another collective.
             trainer.accelerator.wait_for_everyone()
             Path(output_dir, f"rank{rank}_error.txt").write_text(str(error))

@@ -186,3 +186,13 @@ def test_a_reward_failure_on_one_process_stops_every_process(tmp_path):
     assert messages[0] == messages[1]
     assert messages[0] == ("A reward function failed on process 1, so every process stops: ConnectionError: grader "
                            "unreachable from rank 1")
+
+
+def test_an_infinite_reward_on_one_process_stops_every_process_naming_it(tmp_path):
+    result = launch(tmp_path, "infinite-reward", timeout=240)
+    assert result.returncode == 0, result.stderr[-4000:]
+    messages = [(tmp_path / f"rank{rank}_error.txt").read_text() for rank in range(2)]
+    assert messages[0] == messages[1]
+    assert messages[0].startswith("The reward function 'parity_reward_infinite_on_rank_1' gave inf to a completion "
+                                  "of the prompt '")
+    assert "(generated on process 1): a reward must be finite" in messages[0]
