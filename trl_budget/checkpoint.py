@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 from typing import Any
 
 from .tracker import CapabilityTracker, SettingsMismatch
 
-__all__ = ["TRACKER_STATE_NAME", "latest_complete_checkpoint", "load_tracker_state", "write_json_atomically"]
+__all__ = ["TRACKER_STATE_NAME", "latest_complete_checkpoint", "load_tracker_state", "restore_tracker",
+           "resume_point", "save_tracker", "write_json_atomically"]
+
+logger = logging.getLogger(__name__)
 
 TRACKER_STATE_NAME = "budget_tracker_state.json"
 TRAINER_STATE_NAME = "trainer_state.json"  # transformers.trainer.TRAINER_STATE_NAME, without importing transformers
@@ -114,3 +118,67 @@ def load_tracker_state(tracker: CapabilityTracker, path: str | os.PathLike) -> N
         raise SettingsMismatch(error.saved, error.current, f"{os.fspath(path)} cannot be restored: {error}") from error
     except ValueError as error:
         raise ValueError(f"{os.fspath(path)} cannot be restored: {error} {_REMEDY}") from error
+
+
+# ------------------------------------------------------------------------------------ the trainer's save and resume
+
+
+def resume_point(output_dir: str | os.PathLike) -> str | bool:
+    """What `resume_from_checkpoint=True` resumes from: the newest complete checkpoint of `output_dir`, skipping (with a
+    warning) newer ones whose save was killed half-way, where the Trainer would take the highest-numbered folder and
+    fail ("Can't find a valid checkpoint"); True when there is none at all, for the Trainer's own error."""
+    checkpoint, incomplete = latest_complete_checkpoint(output_dir)
+    if incomplete and checkpoint is None:
+        raise ValueError(
+            f"resume_from_checkpoint=True found only checkpoints whose save did not finish (no readable "
+            f"trainer_state.json): {', '.join(incomplete)}. Nothing can be resumed from them; remove them to "
+            "start afresh, or pass the path of a complete checkpoint kept elsewhere."
+        )
+    if incomplete:
+        logger.warning(
+            f"Skipping {', '.join(incomplete)}: its save did not finish (no readable trainer_state.json), so the "
+            f"run resumes from {checkpoint}, the newest complete checkpoint. The incomplete folder is left as it "
+            "is; a later save of the same step overwrites it."
+        )
+    return True if checkpoint is None else checkpoint
+
+
+def save_tracker(checkpoint: str, tracker: CapabilityTracker) -> None:
+    """Write the tracker's file into the checkpoint folder, atomically, before the Trainer saves the rest: TRL never
+    pushes the checkpoint or rotates older ones away while it lacks the file. A failed write leaves no empty folder
+    that looks like a checkpoint."""
+    created = not os.path.isdir(checkpoint)
+    os.makedirs(checkpoint, exist_ok=True)
+    try:
+        write_json_atomically(os.path.join(checkpoint, TRACKER_STATE_NAME), tracker.state_dict())
+    except OSError:
+        if created and not os.listdir(checkpoint):
+            os.rmdir(checkpoint)
+        raise
+
+
+def restore_tracker(checkpoint: str, tracker: CapabilityTracker, tracker_fields: dict[str, str],
+                    budget_allocator: str) -> None:
+    """Restore the tracker from the checkpoint's file; a missing file is warned about (the run resumes with every
+    prompt unseen), a file made with other pass-rate settings names the config fields to set (`tracker_fields`: the
+    tracker's argument -> the field that sets it)."""
+    path = os.path.join(checkpoint, TRACKER_STATE_NAME)
+    if not os.path.exists(path):
+        logger.warning(
+            f"{path} is missing: the checkpoint was written by GRPOTrainer or by an older trl_budget, or its save "
+            "was interrupted. The run resumes with every prompt unseen, so allocation starts over from the "
+            "default counts and learns the pass rates again as prompts come back."
+        )
+        return
+    try:
+        load_tracker_state(tracker, path)
+    except SettingsMismatch as error:
+        fields_to_set = ", ".join(f"{tracker_fields.get(name, name)}={saved!r} (this run: {current!r})"
+                                  for name, (saved, current) in error.differences.items())
+        raise ValueError(
+            f"{path} was written with other pass-rate settings than this run's, so its pass rates cannot be carried "
+            f"over. To resume it, set {fields_to_set}; fields left at None follow budget_allocator (now "
+            f"{budget_allocator!r}), so a changed allocator changes them too. To keep this run's settings, "
+            "start from this checkpoint's model without resume_from_checkpoint, or delete the file to resume with "
+            "every prompt unseen."
+        ) from error

@@ -17,7 +17,7 @@ import numpy as np
 from .checks import is_finite_number, is_missing
 from .tracker import group_name
 
-__all__ = ["BUDGET_COLUMN_SETTINGS", "check_prior_columns", "column_of_rows", "prior_inputs"]
+__all__ = ["BUDGET_COLUMN_SETTINGS", "check_prior_columns", "column_of_rows", "history_pass_rates", "prior_inputs"]
 
 # The settings that name a dataset column the trainer reads from every row it receives.
 BUDGET_COLUMN_SETTINGS = ("prompt_id_column", "pass_rate_prior_column", "prompt_group_column")
@@ -118,3 +118,13 @@ def prior_inputs(prompts: list[dict[str, Any]], args) -> tuple[np.ndarray | None
 
 def _is_rate(value: Any) -> bool:
     return is_finite_number(value) and 0.0 <= value <= 1.0
+
+
+def history_pass_rates(tracker, prompts: list[dict[str, Any]], keys: list[str], args):
+    """The batch's pass rates from the tracker, with the prior for unseen prompts when one is set; which prompts took
+    it (None without a prior); and each prompt's group (None without groups)."""
+    priors, groups = prior_inputs(prompts, args)
+    if priors is None and groups is None:
+        return tracker.pass_rates(keys), None, None
+    rates, from_prior = tracker.prior_pass_rates(keys, priors, groups, args.pass_rate_prior_strength)
+    return rates, from_prior, groups

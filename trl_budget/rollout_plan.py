@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-__all__ = ["RolloutPlan", "balanced_slot_order", "checked_allocation", "rounded_to_processes", "stage_slots"]
+__all__ = ["RolloutPlan", "balanced_slot_order", "checked_allocation", "decided_on_main_process", "rounded_to_processes",
+           "stage_slots"]
 
 
 def checked_allocation(allocator, pass_rates: np.ndarray, budget: int, failure_rate, bounds: tuple[int, int]):
@@ -37,6 +39,29 @@ def checked_allocation(allocator, pass_rates: np.ndarray, budget: int, failure_r
     if problem:
         raise RuntimeError(f"Allocator {allocator!r} returned {problem}: {counts.tolist()}.")
     return counts.astype(np.int64)
+
+
+def decided_on_main_process(is_main_process: bool, what: str, decide) -> tuple[Any, float]:
+    """`decide()` run on the main process and its result broadcast to every process, with the seconds it took there.
+
+    A failure there stops every process at once with the same error: each process raises after the broadcast, so none
+    waits in a collective that another never reaches.
+    """
+    from accelerate.utils import broadcast_object_list  # here: the allocators import this module, and need no torch
+
+    decision = [None, None, 0.0]  # (result, error, seconds)
+    if is_main_process:
+        started = time.perf_counter()
+        try:
+            decision[0] = decide()
+        except Exception as error:  # noqa: BLE001 - re-raised below, on every rank
+            decision[1] = f"{type(error).__name__}: {error}"
+        decision[2] = time.perf_counter() - started
+    broadcast_object_list(decision, from_process=0)  # every rank follows the main process's decision
+    result, error, seconds = decision
+    if error is not None:
+        raise RuntimeError(f"{what} failed on the main process, so every process stops: {error}")
+    return result, seconds
 
 
 def balanced_slot_order(counts: np.ndarray, processes: int, seed: int) -> np.ndarray:

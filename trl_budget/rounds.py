@@ -116,20 +116,20 @@ class GeneratedRounds:
 
     # ------------------------------------------------------------------------------------------- the trained rows
 
-    def all_trained(self, pad_token_id: int) -> "TrainedRows":
-        """Every generated row is trained, where it was generated."""
-        rewards, _ = self.gathered_in_plan_order()
+    def all_trained(self, pad_token_id: int, rewards: torch.Tensor) -> "TrainedRows":
+        """Every generated row is trained, where it was generated (`rewards`: `gathered_in_plan_order()`'s)."""
         return TrainedRows(self.merged_output(pad_token_id), self.counts, rewards, self.slot_order(), self.my_slots(),
                            self.in_plan_order_already, np.arange(rewards.shape[0]))
 
-    def selected(self, chosen: np.ndarray, counts: np.ndarray, pad_token_id: int, gather) -> "TrainedRows":
-        """Only the generated rows at plan slots `chosen` are trained (`counts[i]` of prompt i, prompt by prompt).
+    def selected(self, chosen: np.ndarray, counts: np.ndarray, pad_token_id: int, gather, rewards: torch.Tensor
+                 ) -> "TrainedRows":
+        """Only the generated rows at plan slots `chosen` are trained (`counts[i]` of prompt i, prompt by prompt);
+        `rewards` are every generated row's, in plan order (`gathered_in_plan_order()`).
 
         The trained rows are dealt to the processes in turn, an equal contiguous share each, so that every process
         trains the same number of rows; rows generated on another process come through `gather` (an all-gather of
         every field, padded to the widest).
         """
-        rewards, _ = self.gathered_in_plan_order()
         share = chosen.size // self.processes
         mine = chosen[self.rank * share : (self.rank + 1) * share]
         generated = self.merged_output(pad_token_id)

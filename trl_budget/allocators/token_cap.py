@@ -29,6 +29,7 @@ import numpy as np
 from .uniform import UniformAllocator
 
 __all__ = ["TokenCappedAllocation", "accepts_prices", "allocate_under_token_cap", "check_token_cap_allocator",
+           "TokenCappedAllocator",
            "expected_tokens"]
 
 BISECTION_STEPS = 40
@@ -116,3 +117,27 @@ def allocate_under_token_cap(allocator, pass_rates, budget: int, failure_rate, l
         else:
             low = middle
     return result(best, high)
+
+
+class TokenCappedAllocator:
+    """`allocator` under a cap on expected completion tokens (`allocate_under_token_cap`), as one allocation call;
+    `last` keeps the latest call's outcome for the logs."""
+
+    def __init__(self, allocator, lengths: np.ndarray, cap: float):
+        self.allocator, self.lengths, self.cap, self.last = allocator, lengths, cap, None
+
+    @classmethod
+    def for_expected_lengths(cls, allocator, lengths: np.ndarray, cap: float) -> "TokenCappedAllocator":
+        """Under the cap with each prompt's expected completion length, NaN where never measured: those take the
+        batch's mean of the measured ones (none measured: all alike)."""
+        lengths = np.array(lengths, dtype=np.float64)
+        known = np.isfinite(lengths)
+        lengths[~known] = lengths[known].mean() if known.any() else 1.0
+        return cls(allocator, lengths, cap)
+
+    def __call__(self, pass_rates, budget, failure_rate=None):
+        self.last = allocate_under_token_cap(self.allocator, pass_rates, budget, failure_rate, self.lengths, self.cap)
+        return self.last.counts
+
+    def __repr__(self) -> str:
+        return f"{self.allocator!r} under budget_token_cap={self.cap}"

@@ -1,0 +1,126 @@
+"""What the trainer logs of each generation batch beside TRL's metrics: the `budget/*` figures, the advantages shown
+in `log_completions`, histograms for W&B and TensorBoard, and the allocation's share of the batch's time."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+import torch
+from transformers.utils import logging
+
+from .rollout_plan import RolloutPlan
+
+logger = logging.get_logger(__name__)
+
+__all__ = ["BudgetMetrics"]
+
+SLOW_ALLOCATION_SHARE = 0.2  # of a generation batch's wall time (gather, allocation, generation, scoring)
+
+
+class BudgetMetrics:
+    """Writes each batch's `budget/*` figures into TRL's `metrics` (its `_metrics["train"]`) and keeps the batch
+    histories that `log_histograms` sends to W&B and TensorBoard at each logging step."""
+
+    def __init__(self, metrics: defaultdict, is_main_process: bool):
+        self.metrics, self.is_main_process = metrics, is_main_process
+        self.history = {"rollouts_per_prompt": [], "pass_rates": []}
+        self._warned_slow_allocation = False
+
+    def record_batch(self, plan: RolloutPlan, rewards: torch.Tensor, advantages: torch.Tensor,
+                     from_prior: np.ndarray | None, token_cap, allocator) -> None:
+        """The allocation's figures, the share of rollouts and prompts with a gradient, and the optional ones (token
+        cap, prior, failure rate, the allocator's own, the probe's)."""
+        metrics = self.metrics
+        counts = plan.counts.astype(np.float64)
+        metrics["budget/rollouts_mean"].append(float(counts.mean()))
+        metrics["budget/rollouts_std"].append(float(counts.std()))
+        metrics["budget/rollouts_min"].append(float(counts.min()))
+        metrics["budget/rollouts_max"].append(float(counts.max()))
+        metrics["budget/effective_ratio"].append((advantages != 0).float().mean().item())
+        weight = np.bincount(np.repeat(np.arange(len(plan.counts)), plan.counts), advantages.abs().cpu().numpy(),
+                             minlength=len(plan.counts))  # each prompt's share of the loss's |advantage| mass
+        metrics["budget/prompts_with_gradient"].append(float(np.mean(weight > 0)))
+        metrics["budget/top_prompt_loss_share"].append(float(weight.max() / weight.sum()) if weight.sum() else 0.0)
+        starts = np.cumsum(plan.counts) - plan.counts
+        rewards = rewards.cpu().numpy()
+        group_max = np.fmax.reduceat(rewards, starts)  # NaN rewards ignored
+        group_min = np.fmin.reduceat(rewards, starts)
+        metrics["budget/zero_std_groups"].append(float(np.mean(~(group_max > group_min))))
+        metrics["budget/unseen_prompts"].append(float(np.isnan(plan.pass_rates).mean()))
+        if token_cap is not None and token_cap.last is not None:
+            metrics["budget/expected_token_ratio"].append(token_cap.last.token_ratio)  # against uniform's, estimated
+            metrics["budget/token_cap_multiplier"].append(token_cap.last.multiplier)
+            metrics["budget/token_cap_fits"].append(float(token_cap.last.fits))  # 0: even the cheapest split is above
+        if from_prior is not None:  # share of the batch's prompts allocated from a prior
+            metrics["budget/prior_share"].append(float(from_prior.mean()))
+        if plan.failure_rate is not None:
+            metrics["budget/failure_rate"].append(plan.failure_rate)
+        allocator_metrics = getattr(allocator, "metrics", None)
+        if callable(allocator_metrics):  # the allocator's own view of the batch, e.g. CoBA-RL's alpha
+            for name, value in allocator_metrics(plan.pass_rates, plan.failure_rate).items():
+                metrics[f"budget/{name}"].append(float(value))
+        if plan.probe_generations:
+            metrics["budget/probe_share"].append(plan.probe_generations * len(plan.counts) / float(plan.counts.sum()))
+            if plan.history_counts is not None:  # share of the budget the probe moved to other prompts
+                moved = np.abs(plan.counts - plan.history_counts).sum() / (2.0 * plan.counts.sum())
+                metrics["budget/probe_moved_share"].append(float(moved))
+        self.history["rollouts_per_prompt"].extend(plan.counts.tolist())
+        self.history["pass_rates"].extend(plan.pass_rates[~np.isnan(plan.pass_rates)].tolist())
+
+    def record_rounds(self, rule, rounds, trained_counts: np.ndarray) -> None:
+        """With rounds: how many the batch took, the share of prompts still active after each, rollouts generated and
+        trained."""
+        if not hasattr(rule, "active_after_round"):  # one shot, or a probe
+            return
+        self.metrics["budget/rounds"].append(float(len(rounds)))
+        for index, share in enumerate(rule.active_after_round, start=1):
+            self.metrics[f"budget/active_after_round_{index}"].append(share)
+        self.metrics["budget/generated_rollouts"].append(float(rounds.counts.sum()))
+        self.metrics["budget/trained_rollouts"].append(float(trained_counts.sum()))
+
+    def record_allocation_time(self, allocation_seconds: float, batch_seconds: float, allocator) -> None:
+        """Log the batch's allocation time; warn once when it takes a large share of generating the batch."""
+        self.metrics["budget/allocation_seconds"].append(allocation_seconds)
+        share = allocation_seconds / batch_seconds if batch_seconds > 0 else 0.0
+        if share > SLOW_ALLOCATION_SHARE and not self._warned_slow_allocation and self.is_main_process:
+            self._warned_slow_allocation = True
+            logger.warning(
+                f"Allocation took {allocation_seconds:.2f} s of this generation batch's {batch_seconds:.2f} s "
+                f"({share:.0%}; warned above {SLOW_ALLOCATION_SHARE:.0%}), while every process waits for the main "
+                f"process's decision. The built-in allocators take milliseconds per batch; a slow custom allocator "
+                f"({allocator!r}) is the usual cause. budget/allocation_seconds logs every batch's time; this "
+                "warning is not repeated."
+            )
+
+    def log_histograms(self, report_to: list[str], callbacks, step: int) -> None:
+        """Send the histories since the last logging step to W&B and TensorBoard (main process), then start anew."""
+        histories = {f"train/budget/{name}": np.asarray(values) for name, values in self.history.items() if values}
+        self.history = {"rollouts_per_prompt": [], "pass_rates": []}
+        if not histories or not self.is_main_process:
+            return
+        if "wandb" in report_to:
+            import wandb
+
+            if wandb.run is not None:
+                histograms = {tag: wandb.Histogram(values) for tag, values in histories.items()}
+                wandb.log({**histograms, "train/global_step": step})
+        if "tensorboard" in report_to:
+            from transformers.integrations import TensorBoardCallback
+
+            for callback in callbacks:
+                if isinstance(callback, TensorBoardCallback) and callback.tb_writer is not None:
+                    for tag, values in histories.items():
+                        callback.tb_writer.add_histogram(tag, values, step)
+
+
+def relog_advantages(logged: list, generated_counts: np.ndarray, generated_slot_order: np.ndarray,
+                     trained_slots: np.ndarray, advantages: torch.Tensor) -> None:
+    """Replace the advantages TRL logged for this batch's generated rows (`logged`, its `_logs["advantages"]`, for
+    `log_completions`) with the ones trained; a row generated but not trained logs NaN."""
+    by_slot = torch.full((int(generated_counts.sum()),), float("nan"), device=advantages.device)
+    by_slot[torch.as_tensor(trained_slots, device=advantages.device)] = advantages
+    by_row = by_slot[torch.as_tensor(generated_slot_order, device=advantages.device)]
+    for _ in range(min(by_row.numel(), len(logged))):
+        logged.pop()
+    logged.extend(by_row.tolist())

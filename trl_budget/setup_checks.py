@@ -1,0 +1,197 @@
+"""What `BudgetGRPOTrainer` checks when it is built, before any model loads: the config against the training
+dataset, the allocator and the agent options, so that a run that cannot work stops before compute is spent."""
+
+from __future__ import annotations
+
+import numpy as np
+from transformers.utils import logging
+
+from .allocators.token_cap import check_token_cap_allocator
+from .checks import is_missing
+from .config import BudgetGRPOConfig
+from .prior import arrow_missing, check_prior_columns, first_row_where
+from .prompts import IMAGE_COLUMNS, has_images, missing_id_error
+from .rollout_plan import checked_allocation
+
+logger = logging.get_logger(__name__)
+
+__all__ = ["check_before_building", "check_prompt_id_column", "refuse_images_in_rounds"]
+
+
+def check_before_building(args: BudgetGRPOConfig, allocator, train_dataset, environment_factory) -> None:
+    """Every check of a run's settings against its dataset, allocator and agent options; warnings said once."""
+    refuse_seeded_vllm_generation(args)
+    check_agent_options(environment_factory, train_dataset, args)
+    check_prompt_id_column(args.prompt_id_column, train_dataset)
+    check_prior_columns(args, train_dataset)
+    prompts_per_batch = args.generation_batch_size // args.num_generations
+    if (prompts_per_batch * args.budget_probe_generations) % args.world_size:
+        raise ValueError(
+            f"budget_probe_generations={args.budget_probe_generations} gives {prompts_per_batch} prompts x "
+            f"{args.budget_probe_generations} = {prompts_per_batch * args.budget_probe_generations} probe rollouts "
+            f"per generation batch, which {args.world_size} processes cannot share evenly. Choose a probe size "
+            "that makes that product a multiple of the number of processes."
+        )
+    checked_allocation(  # a broken allocator fails here, before any model is loaded
+        allocator, np.full(prompts_per_batch, np.nan), args.generation_batch_size, None,
+        (args.min_generations, args.max_generations),
+    )
+    check_dataset_fills_a_generation_batch(train_dataset, prompts_per_batch, args)
+    if args.budget_token_cap is not None:
+        check_token_cap_allocator(allocator, args.budget_token_cap)
+    if hasattr(allocator, "round_rule"):
+        check_rounds_allocator(allocator, args, prompts_per_batch)
+    if dataset_shows_images(train_dataset):
+        refuse_images_in_rounds(allocator, args)
+    warn_if_rounds_cannot_follow_the_first(allocator, args, prompts_per_batch)
+
+
+def refuse_seeded_vllm_generation(args: BudgetGRPOConfig) -> None:
+    """A vLLM `seed` would make every rollout of a prompt the same: each slot is its own request with n=1."""
+    seed = (args.generation_kwargs or {}).get("seed")
+    if args.use_vllm and seed is not None:
+        raise ValueError(
+            f"generation_kwargs['seed']={seed!r} with use_vllm=True would give every rollout of a prompt the same "
+            "completion: BudgetGRPOTrainer sends each rollout slot to vLLM as its own prompt with n=1, and vLLM seeds "
+            "each such prompt alike, so every group would have zero advantage. Remove 'seed' from "
+            "generation_kwargs; `seed` in the config still fixes the data order and initialisation."
+        )
+
+
+def check_agent_options(environment_factory, dataset, args: BudgetGRPOConfig) -> None:
+    """Environments key their rollouts by their dataset rows: a row needs a prompt, or an id column."""
+    if environment_factory is not None and dataset is None:
+        raise ValueError(
+            "environment_factory without a train_dataset: TRL then feeds identical placeholder prompts, so per-prompt "
+            "budgets cannot tell the prompts apart. Pass a train_dataset whose rows identify their prompt (a `prompt` "
+            "column, or an id column named by prompt_id_column)."
+        )
+    names = getattr(dataset, "column_names", None)
+    if environment_factory is not None and names is not None and "prompt" not in names and (
+            args.prompt_id_column is None):
+        raise ValueError(
+            f"The training dataset's rows have no `prompt` (columns: {sorted(names)}): each environment supplies its "
+            "prompt at reset, so per-prompt budgets need another way to key a row. Set prompt_id_column to a column "
+            "that identifies the prompt each row stands for."
+        )
+
+
+def check_prompt_id_column(column: str | None, dataset) -> None:
+    """Fail at construction when `prompt_id_column` is not a dataset column or leaves a prompt without an id."""
+    names = getattr(dataset, "column_names", None)
+    if column is None or names is None:
+        return
+    if column not in names:
+        raise ValueError(
+            f"prompt_id_column={column!r} is not a column of the training dataset (columns: {sorted(names)}). Name "
+            "one of them, or set prompt_id_column=None to key prompts by their content."
+        )
+    if hasattr(dataset, "__len__"):  # a map-style dataset can be checked whole; a streamed one is checked per batch
+        missing = first_row_where(dataset, column, is_missing, arrow_missing)
+        if missing is not None:
+            raise missing_id_error(column, dataset[missing][column], f"in row {missing} of the training dataset")
+
+
+def check_rounds_allocator(allocator, args: BudgetGRPOConfig, prompts_per_batch: int) -> None:
+    """An allocator that brings its own rounds (Reinforce-Ada) trains `num_generations` of each prompt, alone."""
+    if args.budget_probe_generations or args.budget_round_generations:
+        raise ValueError(
+            f"{allocator!r} generates each batch in rounds of its own, so budget_probe_generations="
+            f"{args.budget_probe_generations} and budget_round_generations={args.budget_round_generations} cannot "
+            "apply; set both to 0."
+        )
+    if allocator.keep != args.num_generations:
+        raise ValueError(f"{allocator!r} trains K={allocator.keep} rollouts of each prompt, but TRL's batch holds "
+                         f"num_generations={args.num_generations} of each; build it with default_generations="
+                         f"{args.num_generations}.")
+    allocator.check_batch(prompts_per_batch, args.world_size)
+    if allocator.global_statistics and (args.scale_rewards == "batch"
+                                        or args.multi_objective_aggregation != "sum_then_normalize"):
+        raise ValueError(
+            f"reinforce_ada_global_statistics=True sets each prompt's baseline from all its rollouts of the batch, "
+            f"which defines the scale of a group (scale_rewards='group') or none (scale_rewards='none'), for the "
+            f"summed rewards; scale_rewards={args.scale_rewards!r} with multi_objective_aggregation="
+            f"{args.multi_objective_aggregation!r} has no such meaning. Use scale_rewards='group' or 'none' with "
+            "'sum_then_normalize', or set reinforce_ada_global_statistics=False."
+        )
+
+
+def dataset_shows_images(dataset) -> bool:
+    """The training dataset has an image column, or its first row's prompt holds an image (map-style datasets)."""
+    names = getattr(dataset, "column_names", None)
+    if isinstance(names, list) and any(name in names for name in IMAGE_COLUMNS):
+        return True
+    if dataset is None or isinstance(dataset, dict) or not hasattr(dataset, "__len__") or len(dataset) == 0:
+        return False
+    first = dataset[0]
+    return isinstance(first, dict) and has_images(first)
+
+
+def refuse_images_in_rounds(allocator, args: BudgetGRPOConfig) -> None:
+    """Rounds merge, gather and down-sample TRL's generation outputs, which cannot carry multimodal fields yet: say so
+    before anything is generated, with the fix for the rule in use."""
+    if hasattr(allocator, "round_rule"):
+        rule, fix = (f"{allocator!r} generates each batch in rounds and trains a subset of the rows",
+                     "train vision prompts with a one-shot allocator (budget_allocator='knapsack', 'coba' or "
+                     "'uniform')")
+    elif args.budget_round_generations:
+        rule, fix = (f"budget_round_generations={args.budget_round_generations} generates each batch in rounds",
+                     "set budget_round_generations=0 (the allocator then decides in one shot)")
+    elif args.budget_probe_generations:
+        rule, fix = (f"budget_probe_generations={args.budget_probe_generations} generates each batch in two stages",
+                     "set budget_probe_generations=0 (the allocator then decides in one shot, from history)")
+    else:
+        return
+    raise ValueError(
+        f"The training prompts show images, and {rule}, which cannot merge multimodal generation outputs yet. To "
+        f"{fix}."
+    )
+
+
+def warn_if_rounds_cannot_follow_the_first(allocator, args: BudgetGRPOConfig, prompts_per_batch: int) -> None:
+    """Warn once, at construction, when the first round of every batch spends the whole generation budget: the rule
+    then never takes a second round and trains as uniform GRPO does, silently."""
+    if args.process_index != 0:
+        return
+    if hasattr(allocator, "round_rule") and hasattr(allocator, "generation_cap"):
+        first = prompts_per_batch * allocator.samples_per_round
+        cap = allocator.generation_cap(prompts_per_batch)
+        if first < cap and allocator.max_rounds > 1:
+            return
+        why = (f"reinforce_ada_max_rounds={allocator.max_rounds}" if allocator.max_rounds == 1 else
+               f"its first round takes {prompts_per_batch} prompts x reinforce_ada_samples_per_round="
+               f"{allocator.samples_per_round} = {first} rollouts, the whole reinforce_ada_max_generated={cap}")
+        one_round = ("uniform GRPO" if allocator.samples_per_round == allocator.keep
+                     else f"one round of {allocator.samples_per_round} per prompt, down-sampled to K")
+        logger.warning(
+            f"Reinforce-Ada can never take a second round here: {why}. Every batch is then {one_round}, with "
+            f"K={args.num_generations} rollouts trained per prompt. A batch holds generation_batch_size / num_generations = "
+            f"{args.generation_batch_size} / {args.num_generations} = {prompts_per_batch} prompts, since "
+            "num_generations is K, the rollouts trained of each: to keep P prompts per batch at K, set "
+            "per_device_train_batch_size so that generation_batch_size = P x K, and leave the later rounds room "
+            "under reinforce_ada_max_generated."
+        )
+    elif args.budget_round_generations:
+        first = args.budget_first_round_generations or args.min_generations
+        if first < args.num_generations:
+            return
+        logger.warning(
+            f"Rounds until mixed can never take a second round here: budget_first_round_generations={first} equals "
+            f"num_generations, so the first round ({prompts_per_batch} prompts x {first} = "
+            f"{prompts_per_batch * first} rollouts) spends the batch's whole budget, and every batch is uniform "
+            "GRPO. Lower budget_first_round_generations (it defaults to min_generations)."
+        )
+
+
+def check_dataset_fills_a_generation_batch(dataset, prompts_per_batch: int, args: BudgetGRPOConfig) -> None:
+    """TRL's sampler drops a generation batch it cannot fill: a smaller dataset would train no step, silently."""
+    if dataset is None or isinstance(dataset, dict) or not hasattr(dataset, "__len__"):
+        return
+    if len(dataset) < prompts_per_batch:
+        raise ValueError(
+            f"The training dataset has {len(dataset)} prompts, but one generation batch needs {prompts_per_batch} "
+            f"distinct prompts (generation_batch_size={args.generation_batch_size} / num_generations="
+            f"{args.num_generations}); TRL's sampler drops a batch it cannot fill, so this run would train no step. "
+            "Add prompts, or lower per_device_train_batch_size, steps_per_generation or generation_batch_size "
+            f"(at most {len(dataset) * args.num_generations} rollouts per generation batch with this dataset)."
+        )
