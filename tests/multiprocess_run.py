@@ -14,6 +14,7 @@
     multiprocess_run.py OUTPUT_DIR infinite-reward    # one rollout on rank 1 earns infinity, at the second step
     multiprocess_run.py OUTPUT_DIR knapsack-rank-seed # each rank is given its own `seed` (its rank)
     multiprocess_run.py OUTPUT_DIR knapsack-beyond    # a column prior, group pools, prompt-weighted loss, token cap
+    multiprocess_run.py OUTPUT_DIR knapsack-history   # advantages against each prompt's reward history
 """
 
 import json
@@ -129,6 +130,8 @@ def main(output_dir: str, mode: str):
                                   with_indices=True)
         beyond = dict(dataset=data, pass_rate_prior_column="prior", prompt_group_column="level",
                       budget_loss_weighting="prompt", budget_token_cap=1.0)
+    if mode.endswith("-history"):  # the tracker's reward history as the advantage baseline
+        beyond = dict(advantage_baseline="history", advantage_history_window=2.0)
     scored, reward_funcs = ScoredRows(), None
     if allocator == "reinforce_ada":  # accuracy plus a 0.5-weighted format reward, success by accuracy alone
         formatted = ScoredRows(format_reward)

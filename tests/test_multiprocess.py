@@ -196,3 +196,24 @@ def test_an_infinite_reward_on_one_process_stops_every_process_naming_it(tmp_pat
     assert messages[0].startswith("The reward function 'parity_reward_infinite_on_rank_1' gave inf to a completion "
                                   "of the prompt '")
     assert "(generated on process 1): a reward must be finite" in messages[0]
+
+
+def test_two_processes_train_against_the_same_reward_history(tmp_path):
+    # Each advantage recomputed by hand from both ranks' scored rollouts: every earlier visit of a prompt weighs half
+    # the next (advantage_history_window=2), this batch's rollouts included.
+    from test_baselines import history_by_hand
+
+    first, second = ranks_agree_and_rows_show_their_prompts(tmp_path, "knapsack-history")
+    scored = [row for rank in (first, second) for row in rank["scored"]]
+    visits: dict[str, list[np.ndarray]] = {}
+    for step, batch in enumerate(first["batches"]):
+        for prompt in dict.fromkeys(batch["prompts"]):
+            visits.setdefault(prompt, []).append(np.array([r for p, _, r, s in scored if p == prompt and s == step]))
+        counts, expected = np.array(batch["counts"]), []
+        for prompt, count in zip(batch["prompts"], counts):
+            weight, mean, m2 = history_by_hand(visits[prompt], 0.5)
+            trained = np.array(batch["trained_rewards"][len(expected) : len(expected) + count])
+            expected += [0.0] * count if m2 == 0 else list((trained - mean) / (np.sqrt(m2 / (weight - 1)) + 1e-4))
+        for rank in (batch, second["batches"][step]):
+            np.testing.assert_allclose(rank["my_advantages"], np.array(expected)[rank["my_slots"]], rtol=1e-5,
+                                       atol=1e-6)

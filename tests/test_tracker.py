@@ -137,8 +137,8 @@ def test_state_from_other_settings_is_refused():
 
 
 def test_a_state_from_a_newer_release_says_to_upgrade():
-    state = {**CapabilityTracker().state_dict(), "version": 4}
-    with pytest.raises(ValueError, match="version 4, which a newer trl_budget wrote; this one reads versions 2 and 3. "
+    state = {**CapabilityTracker().state_dict(), "version": 5}
+    with pytest.raises(ValueError, match="version 5, which a newer trl_budget wrote; this one reads versions 2, 3 and 4. "
                                          "Upgrade trl_budget"):
         CapabilityTracker().load_state_dict(state)
 

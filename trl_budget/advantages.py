@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from trl.trainer.utils import nanstd
 
-__all__ = ["advantages_against_all_rollouts", "grouped_advantages", "prompt_loss_weights"]
+__all__ = ["advantages_against_all_rollouts", "advantages_against_moments", "grouped_advantages", "prompt_loss_weights"]
 
 
 def grouped_advantages(
@@ -118,6 +118,31 @@ def advantages_against_all_rollouts(trained: torch.Tensor, trained_counts: np.nd
     if scale:
         advantages = advantages / (as_tensor(std)[per_row] + epsilon)
     is_std_zero = as_tensor(agree)[per_row]
+    advantages = torch.where(is_std_zero, torch.zeros_like(advantages), advantages)
+    return torch.nan_to_num(advantages, nan=0.0).to(trained.dtype), is_std_zero
+
+
+def advantages_against_moments(trained: torch.Tensor, trained_counts: np.ndarray, weight: np.ndarray,
+                               mean: np.ndarray, m2: np.ndarray, scale: bool, epsilon: float = 1e-4
+                               ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Advantages of the trained rows (`trained_counts[i]` of prompt i, consecutive) against each prompt's reward
+    moments: `weight` rewards (a decayed count) of mean `mean` whose squared deviations sum to `m2`, as the history
+    baseline pools them. The deviation is `sqrt(m2 / (weight - 1))` (unbiased for equal weights) and, with `scale`, the
+    advantage is divided by it plus `epsilon`, as GRPO divides. A prompt with at most one reward's weight, or whose
+    rewards all agree, gets advantage 0, as GRPO gives a group of one or without spread; unscored rows get 0.
+
+    Returns:
+        `(advantages, is_std_zero)`, one value per trained row; `is_std_zero` where the prompt's rewards agree.
+    """
+    several = weight > 1
+    spread = several & (m2 > 0)
+    deviation = np.sqrt(np.divide(m2, weight - 1, out=np.zeros_like(m2), where=several))
+    per_row = torch.as_tensor(np.repeat(np.arange(len(trained_counts)), trained_counts), device=trained.device)
+    as_tensor = partial(torch.as_tensor, device=trained.device)
+    advantages = trained.to(torch.float64) - as_tensor(mean)[per_row]
+    if scale:
+        advantages = advantages / (as_tensor(deviation)[per_row] + epsilon)
+    is_std_zero = ~as_tensor(spread)[per_row]
     advantages = torch.where(is_std_zero, torch.zeros_like(advantages), advantages)
     return torch.nan_to_num(advantages, nan=0.0).to(trained.dtype), is_std_zero
 

@@ -28,7 +28,9 @@ TRACKER_FIELDS = {
     "min_rollouts": "pass_rate_min_rollouts",
     "failure_rate_window": "failure_rate_window",
     "success_threshold": "success_threshold",
+    "reward_history_window": "advantage_history_window",
 }
+ADVANTAGE_BASELINES = ("group", "all_rollouts", "history")
 
 
 @dataclass
@@ -175,6 +177,18 @@ class BudgetGRPOConfig(GRPOConfig):
             together weigh as `num_generations` rollouts (its advantages are scaled by `num_generations / N_i`), so
             the update does not lean on the prompts that received the most rollouts. The KL term (`beta > 0`) is not
             scaled: it stays a per-token regulariser.
+        advantage_baseline (`str` or `None`, *optional*, defaults to `None`):
+            What each rollout's reward is compared with. `"group"`: GRPO's, the mean (and, with
+            `scale_rewards="group"`, the standard deviation) of the prompt's trained rollouts. `"all_rollouts"`: of
+            all the prompt's rollouts generated in the batch, trained or not (Reinforce-Ada's global statistics; for
+            rules that train every rollout the same as `"group"` up to its epsilon). `"history"`: of the prompt's
+            rewards over its recent visits, this batch's included (the capability tracker's reward history,
+            `advantage_history_window`), so that a group whose rollouts all agree still carries a gradient where its
+            history differs. `None`: `"all_rollouts"` under Reinforce-Ada with `reinforce_ada_global_statistics`,
+            else `"group"`.
+        advantage_history_window (`float`, *optional*, defaults to `16.0`):
+            With `advantage_baseline="history"`: each earlier visit of a prompt weighs `1 - 1/window` times the next,
+            so that its history counts about as many visits (1: this batch alone).
         advantage_clip (`float` or `None`, *optional*, defaults to `None`):
             Clip the grouped advantages to [-advantage_clip, advantage_clip]. `None`: no clipping, as TRL. The
             Knapsack RL release clips at 5: a lone success among 128 rollouts would otherwise get an advantage of
@@ -341,6 +355,19 @@ class BudgetGRPOConfig(GRPOConfig):
                   "releases) or 'prompt' (each prompt's rollouts together weigh as num_generations rollouts: "
                   "advantages scaled by num_generations / N_i).", "choices": ["token", "prompt"]},
     )
+    advantage_baseline: str | None = field(
+        default=None,
+        metadata={"help": "What each reward is compared with: 'group' (GRPO's: the prompt's trained rollouts), "
+                  "'all_rollouts' (all its rollouts of the batch, Reinforce-Ada's global statistics) or 'history' "
+                  "(its rewards over recent visits, this batch's included). None: 'all_rollouts' under Reinforce-Ada "
+                  "with reinforce_ada_global_statistics, else 'group'.",
+                  "choices": ["group", "all_rollouts", "history"]},
+    )
+    advantage_history_window: float = field(
+        default=16.0,
+        metadata={"help": "With advantage_baseline='history': each earlier visit weighs 1 - 1/window times the next, "
+                  "so the history counts about this many visits (1: this batch alone)."},
+    )
     advantage_clip: float | None = field(
         default=None,
         metadata={"help": "Clip the grouped advantages to [-advantage_clip, advantage_clip]. None: no clipping, as "
@@ -392,6 +419,7 @@ class BudgetGRPOConfig(GRPOConfig):
         for name in ("budget_probe_history_weight", "budget_probe_prior_strength"):
             if not (is_finite_number(getattr(self, name)) and getattr(self, name) >= 0):
                 raise ValueError(f"{name} must be a finite number, 0 or more, got {getattr(self, name)!r}.")
+        self.check_advantage_baseline()
         self.refuse_unread_settings()
         self.make_allocator()
         self.make_tracker()
@@ -430,6 +458,12 @@ class BudgetGRPOConfig(GRPOConfig):
                     f"allocator is {self.budget_allocator!r}, which would ignore it. Remove {own[0]}, or set "
                     f"budget_allocator={allocator!r}."
                 )
+        if "advantage_history_window" in changed and self.advantage_baseline != "history":
+            raise ValueError(
+                f"advantage_history_window={changed['advantage_history_window']!r} is read only with "
+                f"advantage_baseline='history' (this run's: {self.advantage_baseline!r}), which would ignore it. "
+                "Remove it, or set advantage_baseline='history'."
+            )
         rule, unread = self._rule_and_unread_settings()
         ignored = [name for name in unread if name in changed]
         if ignored:
@@ -466,6 +500,42 @@ class BudgetGRPOConfig(GRPOConfig):
             unread["pass_rate_prior_strength"] = ", or name a prior with pass_rate_prior_column or prompt_group_column"
         stage = "with a probe stage" if self.budget_probe_generations else "in one shot (no probe, no rounds)"
         return f"by budget_allocator={self.budget_allocator!r} {stage}", unread
+
+    def check_advantage_baseline(self) -> None:
+        """The baseline is one of the three, its window a number of visits, and the rewards' scaling has a meaning
+        for it; `reinforce_ada_global_statistics` is its older name under Reinforce-Ada, not a second setting."""
+        baseline = self.advantage_baseline
+        if baseline is not None and baseline not in ADVANTAGE_BASELINES:
+            raise ValueError(
+                f"advantage_baseline={baseline!r} is not a baseline: choose 'group' (GRPO's), 'all_rollouts' (all the "
+                "prompt's rollouts of the batch) or 'history' (its recent visits), or None for the rule's own."
+            )
+        if not (is_finite_number(self.advantage_history_window) and self.advantage_history_window >= 1):
+            raise ValueError(f"advantage_history_window must be a finite number of visits, at least 1, got "
+                             f"{self.advantage_history_window!r}.")
+        if baseline is not None and self.reinforce_ada_global_statistics is False:
+            raise ValueError(
+                f"reinforce_ada_global_statistics=False and advantage_baseline={baseline!r} both choose the baseline; "
+                "reinforce_ada_global_statistics=False is advantage_baseline='group'. Set advantage_baseline alone."
+            )
+        if baseline in ("all_rollouts", "history") and (self.scale_rewards == "batch" or
+                                                          self.multi_objective_aggregation != "sum_then_normalize"):
+            raise ValueError(
+                f"advantage_baseline={baseline!r} takes each prompt's mean and deviation of the summed rewards over "
+                f"more than its trained rows, which defines the scale of a group (scale_rewards='group') or none "
+                f"(scale_rewards='none'); scale_rewards={self.scale_rewards!r} with multi_objective_aggregation="
+                f"{self.multi_objective_aggregation!r} has no such meaning. Use scale_rewards='group' or 'none' with "
+                "'sum_then_normalize', or advantage_baseline='group'."
+            )
+
+    def resolved_advantage_baseline(self, allocator=None) -> str:
+        """The baseline a run uses: `advantage_baseline`, or the rule's own (Reinforce-Ada's global statistics, on
+        its settings or on the allocator object given to the trainer)."""
+        if self.advantage_baseline is not None:
+            return self.advantage_baseline
+        if allocator is None and self.budget_allocator == "reinforce_ada":
+            return "all_rollouts" if self.reinforce_ada_global_statistics else "group"
+        return "all_rollouts" if getattr(allocator, "global_statistics", False) is True else "group"
 
     def check_round_settings(self) -> None:
         """Rounds until mixed: whole counts within the bounds, and not together with a probe stage."""
@@ -543,7 +613,10 @@ class BudgetGRPOConfig(GRPOConfig):
     def make_tracker(self) -> CapabilityTracker:
         """The capability tracker with the config's pass-rate rule (by default, the chosen allocator's release rule)."""
         try:
-            return CapabilityTracker(**{argument: getattr(self, name) for argument, name in TRACKER_FIELDS.items()})
+            return CapabilityTracker(**{argument: getattr(self, name) for argument, name in TRACKER_FIELDS.items()
+                                        if argument != "reward_history_window"},
+                                     reward_history_window=(self.advantage_history_window
+                                                            if self.advantage_baseline == "history" else None))
         except ValueError as error:
             raise ValueError(_name_the_field(str(error), lambda name: TRACKER_FIELDS.get(name, name))) from error
 

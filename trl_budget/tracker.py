@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections import deque
 from collections.abc import Hashable, Sequence
 from typing import Any
@@ -14,7 +15,7 @@ from .checks import check_whole_number, is_finite_number, is_missing, is_whole_n
 
 __all__ = ["CapabilityTracker", "SettingsMismatch", "group_name", "prompt_key"]
 
-_STATE_VERSION = 3  # 3 adds the prompt groups; a version 2 state (no groups) still loads
+_STATE_VERSION = 4  # 4 adds the reward history, 3 the prompt groups; versions 2 and 3 still load
 MAX_ROLLOUT_POOL = 64  # the latest outcomes of a prompt are kept as the bits of one unsigned 64-bit integer
 
 
@@ -50,6 +51,25 @@ def _content_of(value: Any) -> Any:
 def group_name(group: Any) -> str | None:
     """A prompt's group as the tracker names it: its text; None (no group) for None or NaN."""
     return None if is_missing(group) else str(group)
+
+
+def merged_moments(weight: np.ndarray, mean: np.ndarray, m2: np.ndarray, values: list[np.ndarray], decay: float
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each prompt's reward history after one more visit: its earlier moments (`weight`, the decayed number of
+    rewards; their `mean`; `m2`, the decayed sum of squared deviations from it) weighed by `decay`, merged with the
+    visit's scored rewards (`values[i]` of prompt i) by Chan's pairwise rule."""
+    weight, mean, m2 = (np.array(column, dtype=np.float64) for column in (weight, mean, m2))
+    for prompt, visit in enumerate(values):
+        visit = visit[~np.isnan(visit)]
+        if not visit.size:
+            continue
+        old = weight[prompt] * decay
+        total = old + visit.size
+        delta = visit.mean() - mean[prompt]
+        m2[prompt] = m2[prompt] * decay + ((visit - visit.mean()) ** 2).sum() + delta**2 * old * visit.size / total
+        mean[prompt] += delta * visit.size / total
+        weight[prompt] = total
+    return weight, mean, m2
 
 
 def _count_bits(values: np.ndarray) -> np.ndarray:
@@ -98,6 +118,9 @@ class CapabilityTracker:
             mean over its prompts of their pass rates in that batch.
         min_rollouts: scored rollouts a prompt needs in total before it has a pass rate.
         rollout_pool: most recent rollouts the pass rate pools, at most 64 (None or 0: whole visits, `window` of them).
+        reward_history_window: keep each prompt's reward history (the moments of its weighted rewards, for the history
+            advantage baseline), each earlier visit weighed `1 - 1/reward_history_window` times the next, so that the
+            history weighs about as many visits; None: none kept.
     """
 
     def __init__(
@@ -107,6 +130,7 @@ class CapabilityTracker:
         failure_rate_window: int = 1,
         min_rollouts: int = 1,
         rollout_pool: int | None = None,
+        reward_history_window: float | None = None,
     ):
         for name, value in (("window", window), ("failure_rate_window", failure_rate_window),
                             ("min_rollouts", min_rollouts)):
@@ -118,6 +142,11 @@ class CapabilityTracker:
             )
         if not is_finite_number(success_threshold):
             raise ValueError(f"success_threshold must be a finite number, got {success_threshold}.")
+        if reward_history_window is not None and not (is_finite_number(reward_history_window)
+                                                      and reward_history_window >= 1):
+            raise ValueError(f"reward_history_window must be a finite number of visits, at least 1, or None, got "
+                             f"{reward_history_window!r}.")
+        self.reward_history_window = None if reward_history_window is None else float(reward_history_window)
         self.window = int(window)
         self.success_threshold = float(success_threshold)
         self.failure_rate_window = int(failure_rate_window)
@@ -132,6 +161,7 @@ class CapabilityTracker:
         self._trials = np.zeros((0, self._visits_kept), dtype=np.int32)  # 0: no visit
         self._group = np.zeros(0, dtype=np.int64)  # 1 + the prompt's group index; 0: no group
         self._length = np.zeros(0)  # mean completion tokens of the prompt's latest visit; NaN: not measured
+        self._reward_moments = np.zeros((0, 3))  # decayed count, mean and sum of squared deviations of its rewards
         self._group_index: dict[str, int] = {}
         self._group_wins, self._group_trials = np.zeros(0), np.zeros(0)  # pooled current evidence of each group
         self._batch_failure_rates: deque[float] = deque(maxlen=self.failure_rate_window)
@@ -143,12 +173,12 @@ class CapabilityTracker:
         """The settings a saved state must have been made with."""
         return {"window": self.window, "success_threshold": self.success_threshold,
                 "failure_rate_window": self.failure_rate_window, "min_rollouts": self.min_rollouts,
-                "rollout_pool": self.rollout_pool}
+                "rollout_pool": self.rollout_pool, "reward_history_window": self.reward_history_window}
 
     # ------------------------------------------------------------------------------------------------- updating
 
     def update(self, keys: Sequence[Hashable], rewards_per_rollout, groups: Sequence[Hashable] | None = None,
-               lengths=None) -> float | None:
+               lengths=None, reward_values=None) -> float | None:
         """Record one visit per distinct key from the rewards of its rollouts in this batch.
 
         Args:
@@ -159,6 +189,8 @@ class CapabilityTracker:
                 entry means the prompt belongs to no group: it lends and borrows no pooled rate.
             lengths: each rollout's completion tokens, or None: a prompt's expected length (`expected_lengths`) is
                 the mean over its latest visit.
+            reward_values: each rollout's weighted reward (NaN where unscored), for the reward history; with
+                `reward_history_window` set it is required.
 
         Returns:
             This batch's failure rate (1 - the mean of its prompts' pass rates), or None if nothing was scored.
@@ -176,6 +208,10 @@ class CapabilityTracker:
             return None
         if lengths is not None:
             self._record_lengths(keys, lengths)
+        if self.reward_history_window is not None:
+            names, *moments = self.reward_moments_after(keys, reward_values)
+            rows = self._rows_for(names)  # first: it may grow (and so replace) the columns
+            self._reward_moments[rows] = np.stack(moments, axis=1)
         rows = self._rows_for(list(outcomes))
         self._pool_into_groups(rows, -1)  # their evidence changes: out of the group pools, back in below
         if groups is not None:
@@ -217,8 +253,28 @@ class CapabilityTracker:
 
         self._scored, self._recent = grown(self._scored), grown(self._recent)
         self._wins, self._trials = grown(self._wins), grown(self._trials)
-        self._group = grown(self._group)
+        self._group, self._reward_moments = grown(self._group), grown(self._reward_moments)
         self._length = np.concatenate([self._length, np.full(capacity - self._length.size, np.nan)])
+
+    # --------------------------------------------------------------------------------------- reward history
+
+    def reward_moments(self, keys: Sequence[Hashable]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Each key's reward history: the decayed number of its rewards, their mean and their decayed sum of squared
+        deviations (all 0 for a key never seen, or seen before the history was kept)."""
+        rows = self._rows_of(keys)
+        moments = np.zeros((len(keys), 3))
+        moments[rows >= 0] = self._reward_moments[rows[rows >= 0]]
+        return moments[:, 0], moments[:, 1], moments[:, 2]
+
+    def reward_moments_after(self, keys: Sequence[Hashable], reward_values
+                             ) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
+        """What `update` makes of the reward histories with one more visit (`keys` and `reward_values`: one per
+        rollout, NaN where unscored), without recording it: the history baseline pools exactly what the tracker then
+        keeps. Returns the distinct keys, in order of first appearance, and their moments."""
+        if self.reward_history_window is None:
+            raise ValueError("this tracker keeps no reward history: create it with a reward_history_window.")
+        names, values = _values_by_key(keys, reward_values)
+        return names, *merged_moments(*self.reward_moments(names), values, 1.0 - 1.0 / self.reward_history_window)
 
     # --------------------------------------------------------------------------------------------- lengths
 
@@ -367,6 +423,7 @@ class CapabilityTracker:
             "groups": list(self._group_index),
             "group": self._group[:size].tolist(),
             "lengths": [None if length != length else length for length in self._length[:size].tolist()],
+            "reward_moments": self._reward_moments[:size].ravel().tolist(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -376,12 +433,17 @@ class CapabilityTracker:
             ValueError: naming the first setting or entry that this tracker cannot use.
         """
         version = state.get("version") if isinstance(state, dict) else None
-        if version == 2:  # written before groups and lengths existed: none
-            keys = state.get("keys")
-            size = len(keys) if isinstance(keys, list) else 0  # a 'keys' that is no list is refused below
-            state = {**state, "version": _STATE_VERSION, "groups": [], "group": [0] * size, "lengths": [None] * size}
-        elif version != _STATE_VERSION:
+        if version not in _READABLE_VERSIONS:
             raise ValueError(_unreadable_version_message(version))
+        keys = state.get("keys")
+        size = len(keys) if isinstance(keys, list) else 0  # a 'keys' that is no list is refused below
+        if version == 2:  # written before groups and lengths existed: none
+            state = {**state, "groups": [], "group": [0] * size, "lengths": [None] * size}
+        if version in (2, 3):
+            # Written before the reward history existed: every prompt's history starts at its next visit, whatever
+            # this tracker's window (the pass rates carry over as they were).
+            state = {**state, "reward_history_window": self.reward_history_window,
+                     "reward_moments": [0.0] * (3 * size)}
         mine = self.settings()
         theirs = {name: state.get(name) for name in mine}
         if mine != theirs:
@@ -392,7 +454,9 @@ class CapabilityTracker:
             raise ValueError("the saved tracker state lists a prompt key twice; each prompt must appear once.")
         group_names, group = _checked_groups(state, keys)
         lengths = _checked_lengths(state, keys)
+        moments = _checked_moments(state, keys)
         self._row_of = {key: row for row, key in enumerate(keys)}
+        self._reward_moments = moments
         self._scored, self._recent, self._wins, self._trials = scored, recent, wins, trials
         self._batch_failure_rates = deque(failure_rates.tolist(), maxlen=self.failure_rate_window)
         self._group, self._group_index = group, {name: index for index, name in enumerate(group_names)}
@@ -401,14 +465,14 @@ class CapabilityTracker:
         self._pool_into_groups(np.arange(len(keys)), +1)
 
 
-_READABLE_VERSIONS = (2, _STATE_VERSION)
+_READABLE_VERSIONS = (2, 3, _STATE_VERSION)
 # A prompt's expected completion tokens: no model writes a billion-token completion, and the token cap multiplies
 # lengths by rollout counts, which a length near the float maximum would overflow to infinity.
 MAX_EXPECTED_LENGTH = 1e9
 
 
 def _unreadable_version_message(version: Any) -> str:
-    readable = " and ".join(map(str, _READABLE_VERSIONS))
+    readable = ", ".join(map(str, _READABLE_VERSIONS[:-1])) + f" and {_READABLE_VERSIONS[-1]}"
     if is_whole_number(version) and version > _STATE_VERSION:
         return (f"the tracker state has version {version}, which a newer trl_budget wrote; this one reads versions "
                 f"{readable}. Upgrade trl_budget to resume it, or remove the file to start with unseen pass rates.")
@@ -518,3 +582,33 @@ def _checked_lengths(state: dict[str, Any], keys: list[str]) -> np.ndarray:
             raise ValueError(f"entry {index} of 'lengths' (prompt {keys[index]!r}) is {value!r}; it must be a number "
                              f"of tokens from 0 to {MAX_EXPECTED_LENGTH:.0e}, or null.")
     return np.array([np.nan if value is None else float(value) for value in values], dtype=np.float64)
+
+
+def _values_by_key(keys: Sequence[Hashable], values) -> tuple[list[str], list[np.ndarray]]:
+    """The distinct keys in order of first appearance, and the values of each."""
+    if values is None:
+        raise ValueError("update needs reward_values (each rollout's weighted reward) to keep the reward history.")
+    values = np.asarray(values, dtype=np.float64)
+    if values.shape != (len(keys),):
+        raise ValueError(f"update needs one reward value per key: got {len(keys)} keys and values of shape "
+                         f"{values.shape}.")
+    names = [str(key) for key in keys]
+    order = list(dict.fromkeys(names))
+    index = {name: position for position, name in enumerate(order)}
+    members = [[] for _ in order]
+    for position, name in enumerate(names):
+        members[index[name]].append(position)
+    return order, [values[rows] for rows in members]
+
+
+def _checked_moments(state: dict[str, Any], keys: list[str]) -> np.ndarray:
+    """Each prompt's reward moments (count, mean, squared deviations), or a `ValueError` naming the first bad one."""
+    values = state.get("reward_moments")
+    if not isinstance(values, list) or len(values) != 3 * len(keys):
+        raise ValueError(f"the saved tracker state's 'reward_moments' must be a list of {3 * len(keys)} numbers "
+                         "(three per key: the decayed count, mean and squared deviations of its rewards).")
+    for index, value in enumerate(values):
+        if type(value) not in (int, float) or not math.isfinite(value) or (index % 3 != 1 and value < 0):
+            raise ValueError(f"entry {index} of 'reward_moments' (prompt {keys[index // 3]!r}) is {value!r}; it must "
+                             "be a finite number (the count and squared deviations at least 0).")
+    return np.asarray(values, dtype=np.float64).reshape(len(keys), 3)

@@ -24,7 +24,8 @@ from accelerate.utils import broadcast_object_list, gather_object
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOConfig, GRPOTrainer
 
-from .advantages import advantages_against_all_rollouts, grouped_advantages, prompt_loss_weights
+from .advantages import (advantages_against_all_rollouts, advantages_against_moments, grouped_advantages,
+                         prompt_loss_weights)
 from .allocators import Allocator
 from .allocators.token_cap import TokenCappedAllocator
 from .checkpoint import restore_tracker, resume_point, save_tracker
@@ -87,6 +88,7 @@ class BudgetGRPOTrainer(GRPOTrainer):
         seed = [args.seed]
         broadcast_object_list(seed, from_process=0)
         self._layout_seed = int(seed[0])
+        self.advantage_baseline = args.resolved_advantage_baseline(allocator)
         self.rewards = RewardReader(self.reward_weights, self.reward_func_names, success_index,
                                     self.tracker.success_threshold, self.accelerator.is_main_process)
         self.budget_metrics = BudgetMetrics(self._metrics["train"], self.accelerator.is_main_process)
@@ -125,7 +127,7 @@ class BudgetGRPOTrainer(GRPOTrainer):
                                                     trained.slot_order, history_rates, rule.history_counts,
                                                     self.args.budget_probe_generations, rounds.counts_per_round(),
                                                     rewards.cpu().numpy())
-        advantages = self._trained_advantages(rule, rounds, trained, generated_rewards, trl_layout, zero_std_logged)
+        advantages = self._trained_advantages(keys, rounds, trained, generated_rewards, trl_layout, zero_std_logged)
         output = trained.output
         output["advantages"] = advantages if trained.in_plan_order else advantages[
             torch.as_tensor(trained.my_slots, device=advantages.device)]
@@ -133,7 +135,8 @@ class BudgetGRPOTrainer(GRPOTrainer):
         # The tracker learns from every rollout generated, trained or not.
         batch_failure_rate = self.tracker.update(
             np.repeat(keys, rounds.counts), self.rewards.success_rewards(generated_rewards),
-            None if groups is None else np.repeat(groups, rounds.counts), lengths.cpu().numpy())
+            None if groups is None else np.repeat(groups, rounds.counts), lengths.cpu().numpy(),
+            self.rewards.weighted(generated_rewards).cpu().numpy() if self.advantage_baseline == "history" else None)
         self.rewards.warn_if_success_never_varies(batch_failure_rate)
         self.rewards.warn_if_spread_overflows(plan.counts, plan.rewards, advantages)
         self._metrics["train"]["budget/completion_tokens"].append(float(output["num_items_in_batch"]))
@@ -152,18 +155,18 @@ class BudgetGRPOTrainer(GRPOTrainer):
         seed = self._layout_seed * 1_000_003 + self.state.global_step
         trl_layout = False
         while (round_counts := rule.next_round(rounds)) is not None:
-            trl_layout = (rule.single_round and self.accelerator.num_processes == 1
-                          and (round_counts == self.num_generations).all())
+            trl_layout = (rule.single_round and self.accelerator.num_processes == 1 and self.advantage_baseline ==
+                          "group" and (round_counts == self.num_generations).all())
             self._generate_round(rounds, prompts, round_counts, seed + len(rounds), trl_layout)
         return rounds, trl_layout
 
-    def _trained_advantages(self, rule, rounds: GeneratedRounds, trained, generated_rewards: torch.Tensor,
+    def _trained_advantages(self, keys: list[str], rounds: GeneratedRounds, trained, generated_rewards: torch.Tensor,
                             trl_layout: bool, zero_std_logged: int) -> torch.Tensor:
         """The advantages of the trained rows in plan order, clipped and weighted as set; TRL's logs follow them."""
         if trl_layout:
             advantages = trained.output["advantages"]  # TRL's, and its zero-std share, bit for bit: not computed twice
         else:
-            advantages, is_std_zero = self._advantages(rule, rounds, trained, generated_rewards)
+            advantages, is_std_zero = self._advantages(keys, rounds, trained, generated_rewards)
             zero_std = self._metrics["train"]["frac_reward_zero_std"]
             del zero_std[zero_std_logged:]  # one figure for the batch, not one per round
             zero_std.append(is_std_zero.float().mean().item())
@@ -177,15 +180,22 @@ class BudgetGRPOTrainer(GRPOTrainer):
                              advantages)
         return advantages
 
-    def _advantages(self, rule, rounds: GeneratedRounds, trained, generated_rewards: torch.Tensor
+    def _advantages(self, keys: list[str], rounds: GeneratedRounds, trained, generated_rewards: torch.Tensor
                     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """GRPO's advantages over each prompt's trained rows or, under Reinforce-Ada's global statistics, against the
-        weighted rewards of all its rollouts of the batch (`generated_rewards`, per function, in plan order)."""
-        settings = getattr(rule, "settings", None)
-        if settings is not None and settings.global_statistics:
+        """The trained rows' advantages against the chosen baseline: GRPO's over each prompt's trained rows, or the
+        weighted rewards of all its rollouts of the batch (`generated_rewards`, per function, in plan order), or its
+        reward history pooled with them."""
+        scale = self.scale_rewards != "none"
+        if self.advantage_baseline == "all_rollouts":
             return advantages_against_all_rollouts(
                 self.rewards.weighted(trained.rewards), trained.counts, self.rewards.weighted(generated_rewards),
-                rounds.counts, scale=self.scale_rewards != "none")
+                rounds.counts, scale=scale)
+        if self.advantage_baseline == "history":
+            names, *moments = self.tracker.reward_moments_after(
+                np.repeat(keys, rounds.counts), self.rewards.weighted(generated_rewards).cpu().numpy())
+            of_prompt = [names.index(key) for key in keys]  # a prompt sampled twice in a batch: one history
+            return advantages_against_moments(self.rewards.weighted(trained.rewards), trained.counts,
+                                              *(moment[of_prompt] for moment in moments), scale=scale)
         return grouped_advantages(trained.rewards, torch.as_tensor(trained.counts, device=trained.rewards.device),
                                   self.reward_weights, self.scale_rewards, self.multi_objective_aggregation)
 

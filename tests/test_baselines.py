@@ -1,0 +1,179 @@
+"""The advantage baseline as a setting: GRPO's group, all the prompt's rollouts of the batch, or the prompt's reward
+history from the capability tracker; checked by hand on scripted rewards and on real runs, resumed exactly."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from helpers import assert_resumes_exactly, config_kwargs, make_trainer, parity_reward
+from test_probe import RowRecorder
+
+from trl_budget import BudgetGRPOConfig, CapabilityTracker
+from trl_budget.advantages import advantages_against_moments
+from trl_budget.tracker import merged_moments
+
+
+def history_by_hand(visits: list[np.ndarray], decay: float) -> tuple[float, float, float]:
+    """A prompt's reward moments over its visits (oldest first, the current one last): each reward weighs
+    decay ** (the number of visits after its own)."""
+    weights = np.concatenate([np.full(len(v), decay ** (len(visits) - 1 - age)) for age, v in enumerate(visits)])
+    rewards = np.concatenate(visits)
+    total = weights.sum()
+    mean = (weights * rewards).sum() / total
+    return total, mean, (weights * (rewards - mean) ** 2).sum()
+
+
+def test_moments_merge_visit_by_visit_as_their_weighted_sums_by_hand():
+    visits = [np.array([1.0, 0.0, 0.0, 0.0]), np.array([1.5, 0.5]), np.array([-2.0, 1.0, 1.0])]
+    for decay in (0.0, 0.5, 15 / 16, 1.0):
+        moments = (np.zeros(1), np.zeros(1), np.zeros(1))
+        for end, visit in enumerate(visits, start=1):
+            moments = merged_moments(*moments, [visit], decay)
+            np.testing.assert_allclose([m[0] for m in moments], history_by_hand(visits[:end], decay), rtol=1e-12)
+
+
+def test_unscored_rewards_leave_the_history_as_it_was():
+    weight, mean, m2 = merged_moments(np.array([3.0]), np.array([0.5]), np.array([0.75]), [np.array([np.nan])], 0.5)
+    assert (weight[0], mean[0], m2[0]) == (3.0, 0.5, 0.75)
+
+
+def test_advantages_against_the_history_by_hand():
+    # Prompt 0: history of 8 failures and one success, now a group of 4 failures: every rollout is pushed down.
+    # Prompt 1: history of failures only, now all 4 succeed: every rollout is pushed up.
+    # Prompt 2: a constant reward of 0.7 in history and now: advantage 0.
+    # Prompt 3: first visit, weighted rewards: GRPO's advantages over the batch's group.
+    visits = {0: [np.array([0.0] * 8 + [1.0]), np.zeros(4)], 1: [np.zeros(8), np.ones(4)],
+              2: [np.full(4, 0.7), np.full(4, 0.7)], 3: [np.array([1.5, 0.5, 0.0, 1.5])]}
+    tracker = CapabilityTracker(reward_history_window=4)
+    for prompt in (0, 1, 2):
+        past = visits[prompt][0]
+        tracker.update([f"p{prompt}"] * past.size, past, reward_values=past)
+    keys = [f"p{prompt}" for prompt in range(4) for _ in range(4)]
+    now = np.concatenate([visits[prompt][-1] for prompt in range(4)])
+    names, *moments = tracker.reward_moments_after(keys, now)
+    assert names == ["p0", "p1", "p2", "p3"]
+    advantages, is_std_zero = advantages_against_moments(torch.tensor(now, dtype=torch.float32), np.full(4, 4),
+                                                         *moments, scale=True)
+    expected = []
+    for prompt in range(4):
+        weight, mean, m2 = history_by_hand(visits[prompt], 0.75)
+        deviation = math.sqrt(m2 / (weight - 1))
+        expected += [0.0] * 4 if m2 == 0 else list((visits[prompt][-1] - mean) / (deviation + 1e-4))
+    np.testing.assert_allclose(advantages.numpy(), expected, rtol=1e-6)
+    assert (advantages[:4] < 0).all() and (advantages[4:8] > 0).all() and (advantages[8:12] == 0).all()
+    assert is_std_zero.tolist() == [False] * 8 + [True] * 4 + [False] * 4
+    group = now[12:]  # a first visit: GRPO's own advantages
+    np.testing.assert_allclose(advantages[12:].numpy(), (group - group.mean()) / (group.std(ddof=1) + 1e-4), rtol=1e-6)
+    tracker.update(keys, now >= 1, reward_values=now)  # what was pooled is what is kept
+    np.testing.assert_array_equal(np.stack(tracker.reward_moments(names)), np.stack(moments))
+
+
+class ScoredSteps:
+    """The parity reward, keeping each step's (prompt, reward) pairs."""
+
+    __name__ = "parity_reward"
+
+    def __init__(self, scale=1.0):
+        self.steps, self.scale = {}, scale
+
+    def __call__(self, prompts, completions, answer, trainer_state, **kwargs):
+        rewards = [self.scale * reward for reward in parity_reward(completions, answer)]
+        self.steps.setdefault(trainer_state.global_step, []).extend(zip(prompts, rewards))
+        return rewards
+
+
+@pytest.mark.parametrize("rule", [{"budget_allocator": "uniform"}, {"budget_allocator": "knapsack"},
+                                  {"budget_allocator": "uniform", "budget_round_generations": 2}])
+def test_a_run_with_the_history_baseline_trains_each_prompt_against_its_history(tmp_path, tokenizer, rule):
+    from datasets import concatenate_datasets
+    from helpers import make_dataset
+
+    scored = ScoredSteps(scale=0.5)  # non-binary: 0 or 0.5
+    trainer = make_trainer(tmp_path, tokenizer, reward_funcs=scored, max_steps=6, advantage_baseline="history",
+                           advantage_history_window=2.0, dataset=concatenate_datasets([make_dataset(3)] * 4),
+                           success_threshold=0.5, **rule)
+    recorder = RowRecorder(trainer)
+    trainer.train()
+    visits: dict[str, list[np.ndarray]] = {}
+    for step, (plan, advantages, _) in enumerate(recorder.steps):
+        for prompt in dict.fromkeys(p for p, _ in scored.steps[step]):
+            visits.setdefault(prompt, []).append(np.array([r for p, r in scored.steps[step] if p == prompt]))
+        expected = []
+        for prompt, count in zip(plan.prompts, plan.counts):
+            weight, mean, m2 = history_by_hand(visits[prompt["prompt"]], 0.5)
+            trained = plan.rewards[len(expected) : len(expected) + count]
+            expected += [0.0] * count if m2 == 0 else list((trained - mean) / (math.sqrt(m2 / (weight - 1)) + 1e-4))
+        # The rows as trained: plan slot `slot_order[i]` in row i (rounds merge their rows round after round).
+        np.testing.assert_allclose(advantages.numpy(), np.array(expected)[plan.slot_order], rtol=1e-5, atol=1e-6)
+    logs = [entry for entry in trainer.state.log_history if "budget/effective_ratio" in entry]
+    assert len(logs) == 6
+
+
+def test_the_history_baseline_gives_zero_variance_groups_a_gradient(tmp_path, tokenizer):
+    # One prompt whose every rollout earns the step's parity of the step number: all-success and all-failure groups
+    # in turn, each of which GRPO's baseline leaves without gradient; against its history each carries one.
+    def alternating(completions, trainer_state, **kwargs):
+        return [float(trainer_state.global_step % 2)] * len(completions)
+
+    from helpers import make_dataset
+
+    trainer = make_trainer(tmp_path, tokenizer, reward_funcs=alternating, max_steps=4, budget_allocator="uniform",
+                           advantage_baseline="history", dataset=make_dataset(2), per_device_train_batch_size=8)
+    recorder = RowRecorder(trainer)
+    trainer.train()
+    first, *later = [advantages for _, advantages, _ in recorder.steps]
+    assert (first == 0).all()  # a first visit: the batch alone, all agreeing
+    assert all((advantages != 0).all() for advantages in later)
+    assert all(np.sign(a[0].item()) == (1 if step % 2 else -1) for step, a in enumerate(later, start=1))
+
+
+@pytest.mark.parametrize("baseline", ["group", "all_rollouts", "history"])
+def test_every_rule_takes_every_baseline(tmp_path, tokenizer, baseline):
+    for rule in ({"budget_allocator": "coba"}, {"budget_allocator": "knapsack", "budget_probe_generations": 2},
+                 {"budget_allocator": "reinforce_ada", "reinforce_ada_samples_per_round": 4}):
+        trainer = make_trainer(tmp_path / str(len(rule)), tokenizer, max_steps=2, advantage_baseline=baseline, **rule)
+        trainer.train()
+        assert trainer.advantage_baseline == baseline and trainer.state.global_step == 2
+
+
+def test_reinforce_adas_global_statistics_is_the_all_rollouts_baseline(tmp_path, tokenizer):
+    options = dict(budget_allocator="reinforce_ada", reinforce_ada_samples_per_round=4)
+    assert make_trainer(tmp_path, tokenizer, **options).advantage_baseline == "all_rollouts"
+    assert make_trainer(tmp_path, tokenizer, reinforce_ada_global_statistics=False,
+                        **options).advantage_baseline == "group"
+    assert make_trainer(tmp_path, tokenizer).advantage_baseline == "group"
+
+
+def test_a_run_with_the_history_baseline_resumes_exactly(tmp_path, tokenizer):
+    assert_resumes_exactly(tmp_path, tokenizer, advantage_baseline="history", advantage_history_window=4.0)
+
+
+def test_a_tracker_state_from_before_the_reward_history_loads_with_an_empty_history():
+    old = CapabilityTracker(window=2)
+    old.update(["a", "a", "b"], [1, 0, 1])
+    state = old.state_dict()
+    state = {key: value for key, value in state.items() if key not in ("reward_moments", "reward_history_window")}
+    state["version"] = 3
+    restored = CapabilityTracker(window=2, reward_history_window=8)
+    restored.load_state_dict(state)
+    np.testing.assert_array_equal(restored.pass_rates(["a", "b"]), old.pass_rates(["a", "b"]))
+    assert all((moment == 0).all() for moment in restored.reward_moments(["a", "b"]))
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"advantage_baseline": "mean"}, "^advantage_baseline='mean' is not a baseline"),
+        ({"advantage_baseline": "history", "advantage_history_window": 0.5},
+         "^advantage_history_window must be a finite number of visits, at least 1, got 0.5"),
+        ({"advantage_history_window": 8.0}, "^advantage_history_window=8.0 is read only with "
+                                            "advantage_baseline='history'"),
+        ({"budget_allocator": "reinforce_ada", "reinforce_ada_global_statistics": False,
+          "advantage_baseline": "history"}, "^reinforce_ada_global_statistics=False and advantage_baseline='history'"),
+        ({"advantage_baseline": "history", "scale_rewards": "batch"}, "scale_rewards='batch' .* has no such meaning"),
+    ],
+)
+def test_baseline_settings_that_cannot_work_are_refused(tmp_path, overrides, message):
+    with pytest.raises(ValueError, match=message):
+        BudgetGRPOConfig(**config_kwargs(tmp_path, **overrides))
