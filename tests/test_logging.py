@@ -3,6 +3,7 @@
 import json
 import struct
 
+import numpy as np
 import pytest
 from helpers import make_trainer
 
@@ -94,3 +95,37 @@ def test_histograms_in_wandb_and_tensorboard(logged_run):
         assert histogram.sum == pytest.approx(entry["budget/rollouts_mean"] * prompts_per_step)
         assert histogram.min == entry["budget/rollouts_min"] and histogram.max == entry["budget/rollouts_max"]
 
+
+
+@pytest.mark.parametrize("rule", [{"budget_allocator": "knapsack"}, {"budget_allocator": "uniform"},
+                                  {"budget_round_generations": 2},
+                                  {"budget_allocator": "reinforce_ada", "reinforce_ada_samples_per_round": 4}])
+def test_the_completions_table_shows_each_rows_prompt_rollouts_and_every_mode_logs_the_same_figures(tmp_path,
+                                                                                                   tokenizer, rule):
+    from helpers import make_dataset
+
+    trainer = make_trainer(tmp_path, tokenizer, max_steps=3, log_completions=True, **rule)
+    trainer.train()
+    logs = trainer._logs
+    assert len(logs["extra"]["prompt_rollouts"]) == len(logs["prompt"])
+    plan = trainer.last_rollout_plan
+    generated = np.sum(plan.round_counts, axis=0)
+    rows = plan.round_rows
+    last_batch = list(logs["extra"]["prompt_rollouts"])[-sum(rows):]
+    prompts = list(logs["prompt"])[-sum(rows):]
+    for prompt, shown in zip(prompts, last_batch):  # each row shows how many rollouts its prompt got
+        assert shown == generated[[row["prompt"] for row in plan.prompts].index(prompt)]
+    entries = [entry for entry in trainer.state.log_history if "budget/rounds" in entry]
+    assert len(entries) == 3
+    for entry in entries:
+        assert entry["budget/rounds"] >= 1 and entry["budget/generated_rollouts"] >= entry["budget/trained_rollouts"]
+    assert entries[0]["budget/unseen_prompts"] == 1.0  # nothing seen before the first batch, in every mode
+
+
+def test_an_evaluation_keeps_the_completions_table_aligned(tmp_path, tokenizer):
+    from helpers import make_dataset
+
+    trainer = make_trainer(tmp_path, tokenizer, max_steps=3, log_completions=True, eval_strategy="steps",
+                           eval_steps=2, eval_dataset=make_dataset(4, seed=1), per_device_eval_batch_size=8)
+    trainer.train()
+    assert len(trainer._logs["extra"]["prompt_rollouts"]) == len(trainer._logs["prompt"])

@@ -47,7 +47,8 @@ class BudgetMetrics:
         group_max = np.fmax.reduceat(rewards, starts)  # NaN rewards ignored
         group_min = np.fmin.reduceat(rewards, starts)
         metrics["budget/zero_std_groups"].append(float(np.mean(~(group_max > group_min))))
-        metrics["budget/unseen_prompts"].append(float(np.isnan(plan.pass_rates).mean()))
+        known = plan.pass_rates if plan.history_rates is None else plan.history_rates
+        metrics["budget/unseen_prompts"].append(float(np.isnan(known).mean()))  # before this batch, in every mode
         if token_cap is not None and token_cap.last is not None:
             metrics["budget/expected_token_ratio"].append(token_cap.last.token_ratio)  # against uniform's, estimated
             metrics["budget/token_cap_multiplier"].append(token_cap.last.multiplier)
@@ -69,15 +70,20 @@ class BudgetMetrics:
         self.history["pass_rates"].extend(plan.pass_rates[~np.isnan(plan.pass_rates)].tolist())
 
     def record_rounds(self, rule, rounds, trained_counts: np.ndarray) -> None:
-        """With rounds: how many the batch took, the share of prompts still active after each, rollouts generated and
-        trained."""
-        if not hasattr(rule, "active_after_round"):  # one shot, or a probe
-            return
+        """In every mode: the rounds the batch took (one engine request each), the rollouts generated and trained;
+        with rounds until mixed or Reinforce-Ada, the share of prompts still active after each round."""
         self.metrics["budget/rounds"].append(float(len(rounds)))
-        for index, share in enumerate(rule.active_after_round, start=1):
+        for index, share in enumerate(getattr(rule, "active_after_round", ()), start=1):
             self.metrics[f"budget/active_after_round_{index}"].append(share)
         self.metrics["budget/generated_rollouts"].append(float(rounds.counts.sum()))
         self.metrics["budget/trained_rollouts"].append(float(trained_counts.sum()))
+
+    @staticmethod
+    def log_prompt_rollouts(extra_columns, generated_counts: np.ndarray, generated_slot_order: np.ndarray) -> None:
+        """Add to TRL's completions table (`extra_columns`: its `_logs["extra"]`) each generated row's
+        `prompt_rollouts`: the rollouts its prompt was generated in the batch, rows in the order TRL logged them."""
+        prompt_of_slot = np.repeat(np.arange(generated_counts.size), generated_counts)
+        extra_columns["prompt_rollouts"].extend(generated_counts[prompt_of_slot[generated_slot_order]].tolist())
 
     def record_allocation_time(self, allocation_seconds: float, batch_seconds: float, allocator) -> None:
         """Log the batch's allocation time; warn once when it takes a large share of generating the batch."""

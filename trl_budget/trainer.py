@@ -107,7 +107,10 @@ class BudgetGRPOTrainer(GRPOTrainer):
         # TRL generates one group of num_generations per prompt; this generates the batch in rounds, each prompt's
         # rollouts as its round rule decides, then lays the rows out by prompt and redoes TRL's grouping over them.
         if not self.model.training:  # evaluation keeps TRL's uniform num_generations_eval
-            return super()._generate_and_score_completions(inputs)
+            output = super()._generate_and_score_completions(inputs)
+            rows = len(inputs) * self.accelerator.num_processes  # the rows TRL logged, every one of a full group
+            self._logs["extra"]["prompt_rollouts"].extend([self.num_generations_eval] * rows)
+            return output
         started, self._allocation_seconds = time.perf_counter(), 0.0
         prompts, keys = self._gather_prompts(inputs)
         history_rates, from_prior, groups = history_pass_rates(self.tracker, prompts, keys, self.args)
@@ -144,6 +147,7 @@ class BudgetGRPOTrainer(GRPOTrainer):
                                          self._last_token_cap if self.args.budget_token_cap is not None else None,
                                          self.allocator)
         self.budget_metrics.record_rounds(rule, rounds, trained.counts)
+        self.budget_metrics.log_prompt_rollouts(self._logs["extra"], rounds.counts, rounds.slot_order())
         self.budget_metrics.record_allocation_time(self._allocation_seconds, time.perf_counter() - started,
                                                    self.allocator)
         return output
