@@ -15,6 +15,7 @@
     multiprocess_run.py OUTPUT_DIR knapsack-rank-seed # each rank is given its own `seed` (its rank)
     multiprocess_run.py OUTPUT_DIR knapsack-beyond    # a column prior, group pools, prompt-weighted loss, token cap
     multiprocess_run.py OUTPUT_DIR knapsack-history   # advantages against each prompt's reward history
+    multiprocess_run.py OUTPUT_DIR uniform-trl        # uniform, and GRPOTrainer itself (grpo-trl), on the same run
 """
 
 import json
@@ -26,7 +27,7 @@ import numpy as np
 
 from helpers import ALPHABET, make_dataset, make_trainer, parity_reward  # the script's own folder is on the path
 
-from trl_budget import BudgetGRPOTrainer, KnapsackAllocator
+from trl_budget import BudgetGRPOConfig, BudgetGRPOTrainer, KnapsackAllocator
 from trl_budget.demo.tiny import build_char_tokenizer
 
 
@@ -119,7 +120,40 @@ def parity_reward_infinite_on_rank_1(completions, answer, trainer_state, **kwarg
     return rewards
 
 
+def trl_parity(output_dir: str, mode: str) -> None:
+    """`uniform-trl` and `grpo-trl`: BudgetGRPOTrainer with uniform, or GRPOTrainer itself, on the same run; each rank
+    writes its losses, the completions and advantages TRL logged, and a digest of the trained weights."""
+    import hashlib
+
+    from trl import GRPOConfig, GRPOTrainer
+
+    from helpers import config_kwargs
+    from trl_budget.demo.tiny import build_tiny_model
+
+    tokenizer = build_char_tokenizer(ALPHABET)
+    options = config_kwargs(output_dir, per_device_train_batch_size=4, max_steps=4)
+    for name in ("min_generations", "max_generations"):
+        options.pop(name)
+    budget = mode == "uniform-trl"
+    trainer = (BudgetGRPOTrainer if budget else GRPOTrainer)(
+        model=build_tiny_model(tokenizer), reward_funcs=parity_reward, train_dataset=make_dataset(),
+        args=(BudgetGRPOConfig(**options, budget_allocator="uniform") if budget else GRPOConfig(**options)),
+        processing_class=tokenizer)
+    trainer.train()
+    digest = hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in trainer.model.parameters())).hexdigest()
+    report = {"losses": [entry["loss"] for entry in trainer.state.log_history if "loss" in entry],
+              "completions": list(trainer._logs["completion"]), "advantages": list(trainer._logs["advantages"]),
+              "weights": digest}
+    rank = trainer.accelerator.process_index
+    Path(output_dir, f"rank{rank}.json").write_text(json.dumps(report))
+    trainer.accelerator.wait_for_everyone()
+    sys.stdout.flush()
+    os._exit(0)
+
+
 def main(output_dir: str, mode: str):
+    if mode.endswith("-trl"):
+        return trl_parity(output_dir, mode)
     tokenizer = build_char_tokenizer(ALPHABET)
     failing = mode in ("failing-allocator", "failing-reward", "infinite-reward")
     allocator = "knapsack" if failing else mode.split("-")[0]  # knapsack-probe, coba, uniform-rounds, ...

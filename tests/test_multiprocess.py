@@ -217,3 +217,14 @@ def test_two_processes_train_against_the_same_reward_history(tmp_path):
         for rank in (batch, second["batches"][step]):
             np.testing.assert_allclose(rank["my_advantages"], np.array(expected)[rank["my_slots"]], rtol=1e-5,
                                        atol=1e-6)
+
+
+def test_uniform_on_two_processes_is_grpo_trainer_bit_for_bit(tmp_path):
+    # Before, uniform re-dealt every prompt's slots over both processes: other rows per rank, other completions.
+    reports = {}
+    for mode in ("uniform-trl", "grpo-trl"):
+        result = launch(tmp_path / mode, mode)
+        assert result.returncode == 0, result.stderr[-4000:]
+        reports[mode] = [json.loads((tmp_path / mode / f"rank{rank}.json").read_text()) for rank in range(2)]
+    ours, theirs = reports["uniform-trl"], reports["grpo-trl"]
+    assert ours == theirs and len(ours[0]["losses"]) == 4

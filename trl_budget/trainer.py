@@ -28,6 +28,7 @@ from .advantages import (advantages_against_all_rollouts, advantages_against_mom
                          prompt_loss_weights)
 from .allocators import Allocator
 from .allocators.token_cap import TokenCappedAllocator
+from .allocators.uniform import UniformAllocator
 from .checkpoint import restore_tracker, resume_point, save_tracker
 from .config import TRACKER_FIELDS, BudgetGRPOConfig
 from .metrics import BudgetMetrics, relog_advantages
@@ -132,8 +133,9 @@ class BudgetGRPOTrainer(GRPOTrainer):
                                                     rewards.cpu().numpy())
         advantages = self._trained_advantages(keys, rounds, trained, generated_rewards, trl_layout, zero_std_logged)
         output = trained.output
-        output["advantages"] = advantages if trained.in_plan_order else advantages[
-            torch.as_tensor(trained.my_slots, device=advantages.device)]
+        if not (trl_layout and self.args.advantage_clip is None):  # else TRL's own, as they are
+            output["advantages"] = advantages if trained.in_plan_order else advantages[
+                torch.as_tensor(trained.my_slots, device=advantages.device)]
 
         # The tracker learns from every rollout generated, trained or not.
         batch_failure_rate = self.tracker.update(
@@ -154,21 +156,26 @@ class BudgetGRPOTrainer(GRPOTrainer):
 
     def _generate_rounds(self, rule, prompts: list[dict[str, Any]]) -> tuple[GeneratedRounds, bool]:
         """Every round the rule asks for, generated and scored; and whether the batch is TRL's own layout (one round
-        of equal groups of `num_generations` on one process), whose grouping and advantages hold as they are."""
+        of equal groups of `num_generations`, GRPO's baseline: on one process, or under `uniform` on any number),
+        whose rows, grouping and advantages hold as TRL has them. Other allocators deal a batch of equal counts over
+        the processes as any other, so that no process waits for another's long rollouts."""
         rounds = GeneratedRounds(len(prompts), self.accelerator.num_processes, self.accelerator.process_index)
         seed = self._layout_seed * 1_000_003 + self.state.global_step
         trl_layout = False
         while (round_counts := rule.next_round(rounds)) is not None:
-            trl_layout = (rule.single_round and self.accelerator.num_processes == 1 and self.advantage_baseline ==
-                          "group" and (round_counts == self.num_generations).all())
+            trl_layout = (rule.single_round and self.advantage_baseline == "group"
+                          and (round_counts == self.num_generations).all()
+                          and (self.accelerator.num_processes == 1 or isinstance(self.allocator, UniformAllocator)))
             self._generate_round(rounds, prompts, round_counts, seed + len(rounds), trl_layout)
         return rounds, trl_layout
 
     def _trained_advantages(self, keys: list[str], rounds: GeneratedRounds, trained, generated_rewards: torch.Tensor,
                             trl_layout: bool, zero_std_logged: int) -> torch.Tensor:
         """The advantages of the trained rows in plan order, clipped and weighted as set; TRL's logs follow them."""
-        if trl_layout:
+        if trl_layout and self.accelerator.num_processes == 1:
             advantages = trained.output["advantages"]  # TRL's, and its zero-std share, bit for bit: not computed twice
+        elif trl_layout:  # TRL's rows on several processes: its advantages are this process's; the logs need all
+            advantages = self._advantages(keys, rounds, trained, generated_rewards)[0]
         else:
             advantages, is_std_zero = self._advantages(keys, rounds, trained, generated_rewards)
             zero_std = self._metrics["train"]["frac_reward_zero_std"]
@@ -236,7 +243,9 @@ class BudgetGRPOTrainer(GRPOTrainer):
         With `trl_layout` the rows are TRL's own (equal groups of `num_generations`, in order), so TRL's advantages
         are kept; otherwise TRL groups nothing, and the advantages are computed afterwards over the plan's groups.
         """
-        order = balanced_slot_order(counts, self.accelerator.num_processes, seed)
+        # TRL's own layout keeps each process's rows as TRL's sampler dealt them: the plan's slots in order.
+        order = (np.arange(int(counts.sum())) if trl_layout
+                 else balanced_slot_order(counts, self.accelerator.num_processes, seed))
         prompt_of_slot = np.repeat(np.arange(len(prompts)), counts)
         local = len(order) // self.accelerator.num_processes
         rank = self.accelerator.process_index
