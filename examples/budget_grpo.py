@@ -6,31 +6,23 @@
 # ]
 # ///
 
-"""Math RLVR with per-prompt rollout budgets: TRL's `grpo.py`, with BudgetGRPOTrainer.
+"""`trl grpo` with per-prompt rollout budgets, for `accelerate launch` from a checkout.
 
-The script itself is `trl_budget/scripts/grpo.py`, which `trl-budget grpo` launches under `accelerate` (as `trl grpo`
-launches TRL's); this file runs the same script from a checkout, for `accelerate launch examples/budget_grpo.py`:
+The script itself is `trl_budget/scripts/grpo.py`: TRL's own GRPO script run with BudgetGRPOTrainer and
+BudgetGRPOConfig, which `trl-budget grpo` launches under `accelerate` as `trl grpo` launches TRL's. This file runs the
+same script, for those who launch it themselves; the math recipes of both releases read DAPO-Math-17k with the reward
+of `examples/dapo_math.py`:
 
     CUDA_VISIBLE_DEVICES=0,1,2,3 trl vllm-serve --model Qwen/Qwen2.5-7B-Instruct --data_parallel_size 4
-    CUDA_VISIBLE_DEVICES=4,5,6,7 accelerate launch --config_file accelerate_configs/zero3.yaml \\
+    CUDA_VISIBLE_DEVICES=4,5,6,7 accelerate launch --config_file trl_budget/accelerate_configs/zero3.yaml \\
         --num_processes 4 examples/budget_grpo.py --config examples/knapsack_rl.yaml --gradient_accumulation_steps 4 \\
         --model_name_or_path Qwen/Qwen2.5-7B-Instruct --use_vllm --vllm_mode server
 
-Every `BudgetGRPOConfig` / `GRPOConfig` / `ModelConfig` flag works as in TRL; `--config FILE.yaml` reads them from a file.
-Datasets: DAPO-Math-17k (default), GSM8K and MATH by name, or any dataset / local JSON, JSONL or Parquet file with
-`--prompt_column` and `--solution_column`.
+Every flag and recipe of `trl grpo` works as there, plus every budget setting; `--config FILE.yaml` reads them from a
+file.
 """
 
-from trl_budget.scripts.grpo import (  # noqa: F401 - the script's pieces, for whoever imports this example
-    DAPO_PREFIX,
-    DAPO_SUFFIX,
-    BudgetGRPOScriptArguments,
-    load_math_dataset,
-    main,
-    make_parser,
-    reward_functions,
-    success_reward_choice,
-)
+from trl_budget.scripts.grpo import main, make_parser
 
 if __name__ == "__main__":
-    main(*make_parser().parse_args_and_config())
+    main(*make_parser().parse_args_and_config(fail_with_unknown_args=False))

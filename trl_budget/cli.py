@@ -97,9 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--rebuild-cache", action="store_true", help="redo the warm start even if it is cached")
     demo.add_argument("--no-baseline", action="store_true", help="skip the uniform GRPO baseline run")
     demo.set_defaults(subparser=demo)  # whose usage line a usage error prints
-    commands.add_parser("grpo", add_help=False, help="train with BudgetGRPOTrainer under accelerate, as `trl grpo`: "
-                        "--config RECIPE.yaml, --accelerate_config NAME or PATH, --num_processes, every "
-                        "BudgetGRPOConfig field as a flag")
+    commands.add_parser("grpo", add_help=False, help="TRL's own GRPO script with BudgetGRPOTrainer, under accelerate, "
+                        "as `trl grpo`: every recipe and flag of `trl grpo`, plus the budget settings")
     return parser
 
 
@@ -162,31 +161,97 @@ def check_demo_folders(parser: argparse.ArgumentParser, options: argparse.Namesp
 GRPO_USAGE = """usage: trl-budget grpo [--config RECIPE.yaml] [--accelerate_config NAME|PATH] [--num_processes N]
                        [accelerate launch options] [--FIELD VALUE ...]
 
-Runs trl_budget/scripts/grpo.py (math RLVR with BudgetGRPOTrainer: TRL's grpo.py with per-prompt budgets) under
-`accelerate launch`, as `trl grpo` runs TRL's. Flags the script does not know (--num_processes, --mixed_precision, ...)
-go to `accelerate launch`; --accelerate_config takes a file or the name of one of TRL's configs (zero3, ...). Every
-GRPOConfig, ModelConfig and script field is a flag as in `trl grpo` (script: --dataset_name, --reward_funcs,
---dataset_format, --prompt_column, --solution_column, --instruction); the budget settings are:
+Runs TRL's own GRPO script (trl/scripts/grpo.py) with BudgetGRPOTrainer and BudgetGRPOConfig in place of GRPOTrainer
+and GRPOConfig, under `accelerate launch`, as `trl grpo` runs it: every recipe and flag of `trl grpo` works as there
+(a dataset by name or folder, a mixture under `datasets:`, --reward_funcs by name or dotted path,
+--reward_model_name_or_path), plus the budget settings. Flags the script does not know (--num_processes,
+--mixed_precision, ...) go to `accelerate launch`; --accelerate_config takes a file, the name of one of this project's
+configs or of TRL's (zero1, multi_gpu, ...); this project's: {ours}.
+Every field of transformers' TrainingArguments is a flag too.
 """
+ACCELERATE_CONFIGS = Path(__file__).with_name("accelerate_configs")
+# The dataclasses `trl-budget grpo` parses, read from TRL's source for --help: (module under trl, class names).
+TRL_HELP_SOURCES = (("scripts/grpo.py", ("GRPOScriptArguments",)), ("scripts/utils.py", ("ScriptArguments",)),
+                    ("trainer/grpo_config.py", ("GRPOConfig",)), ("trainer/model_config.py", ("ModelConfig",)),
+                    ("scripts/utils.py", ("DatasetMixtureConfig",)))
 
 
-def grpo_help() -> str:
-    """`trl-budget grpo --help`: the usage and every budget setting, read from the config's source without importing
-    TRL or torch, so that it answers at once."""
+def _field_help(source: Path, classes: tuple[str, ...]) -> list[str]:
+    """`--field type (default: ...)` and its wrapped help for every field of `classes` in the Python file `source`,
+    read with `ast`: nothing is imported."""
     import ast
     import textwrap
 
-    tree = ast.parse((Path(__file__).with_name("config.py")).read_text())
-    config = next(node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "BudgetGRPOConfig")
-    lines = [GRPO_USAGE]
-    for statement in config.body:
-        if not (isinstance(statement, ast.AnnAssign) and isinstance(statement.value, ast.Call)):
+    lines = []
+    tree = ast.parse(source.read_text())
+    for node in tree.body:
+        if not (isinstance(node, ast.ClassDef) and node.name in classes):
             continue
-        options = {keyword.arg: keyword.value for keyword in statement.value.keywords}
-        default, metadata = ast.literal_eval(options["default"]), ast.literal_eval(options["metadata"])
-        lines.append(f"  --{statement.target.id} {ast.unparse(statement.annotation)} (default: {default!r})")
-        lines += textwrap.wrap(metadata["help"], 110, initial_indent=" " * 6, subsequent_indent=" " * 6)
+        lines.append(f"\n{node.name}:")
+        for statement in node.body:
+            if not (isinstance(statement, ast.AnnAssign) and isinstance(statement.value, ast.Call)):
+                continue
+            options = {keyword.arg: keyword.value for keyword in statement.value.keywords}
+            default = ast.unparse(options.get("default", options.get("default_factory", ast.Constant(None))))
+            lines.append(f"  --{statement.target.id} {ast.unparse(statement.annotation)} (default: {default})")
+            try:
+                text = ast.literal_eval(options["metadata"])["help"]
+            except (KeyError, ValueError, TypeError, SyntaxError):  # a help text computed when TRL is imported
+                continue
+            lines += textwrap.wrap(" ".join(text.split()), 110, initial_indent=" " * 6, subsequent_indent=" " * 6)
+    return lines
+
+
+def grpo_help() -> str:
+    """`trl-budget grpo --help`: the usage, every budget setting and every field of TRL's GRPO script, read from the
+    sources without importing TRL or torch, so that it answers at once."""
+    import importlib.util
+
+    ours = ", ".join(sorted(path.stem for path in ACCELERATE_CONFIGS.glob("*.yaml")))
+    lines = [GRPO_USAGE.format(ours=ours)]
+    lines += _field_help(Path(__file__).with_name("config.py"), ("BudgetGRPOConfig",))
+    trl_spec = importlib.util.find_spec("trl")  # finds TRL's folder without running its code
+    if trl_spec is not None and trl_spec.submodule_search_locations:
+        trl_folder = Path(next(iter(trl_spec.submodule_search_locations)))
+        for module, classes in TRL_HELP_SOURCES:
+            if (trl_folder / module).exists():
+                lines += _field_help(trl_folder / module, classes)
     return "\n".join(lines)
+
+
+def accelerate_config_arguments(launch_arguments: list[str]) -> list[str]:
+    """`--accelerate_config NAME` as `accelerate launch --config_file PATH`: a file, one of this project's configs by
+    name, or one of TRL's by name (TRL's resolver, which also says what is wrong)."""
+    from trl.cli.accelerate_config import resolve_accelerate_config_argument
+
+    if "--accelerate_config" in launch_arguments:
+        index = launch_arguments.index("--accelerate_config")
+        name = launch_arguments[index + 1] if index + 1 < len(launch_arguments) else None
+        ours = ACCELERATE_CONFIGS / f"{name}.yaml"
+        if name is not None and not Path(name).is_file() and ours.is_file():
+            launch_arguments = [*launch_arguments[:index], "--accelerate_config", str(ours),
+                                *launch_arguments[index + 2:]]
+    return resolve_accelerate_config_argument(launch_arguments)
+
+
+def refuse_unknown_flags(arguments: list[str], script_parser) -> None:
+    """A flag that neither the script nor `accelerate launch` takes stops here, before the recipe is checked or
+    anything launched, naming the field that was probably meant."""
+    import difflib
+
+    from accelerate.commands.launch import launch_command_parser
+
+    ours = {option for action in script_parser._actions for option in action.option_strings}
+    launchers = {option for action in launch_command_parser()._actions for option in action.option_strings}
+    known = ours | launchers | {"--accelerate_config", "--config"}
+    for argument in arguments:
+        flag = argument.split("=", 1)[0]
+        if flag.startswith("--") and flag not in known:
+            close = difflib.get_close_matches(flag[2:], [option[2:] for option in sorted(known)], n=1)
+            hint = f" Did you mean --{close[0]}?" if close else ""
+            raise SystemExit(f"trl-budget grpo: {flag} is neither a field of the recipe (BudgetGRPOConfig, TRL's "
+                             f"GRPO script arguments, ModelConfig) nor an option of `accelerate launch`.{hint} "
+                             "`trl-budget grpo --help` lists them.")
 
 
 def run_grpo(arguments: list[str]) -> int:
@@ -195,14 +260,15 @@ def run_grpo(arguments: list[str]) -> int:
         print(grpo_help())
         return 0
     from accelerate.commands.launch import launch_command, launch_command_parser
-    from trl.cli.accelerate_config import resolve_accelerate_config_argument
 
     from .scripts import grpo
 
     parser = grpo.make_parser(prog="trl-budget grpo")
+    refuse_unknown_flags(arguments, parser)
     *_, config_remaining, cli_remaining = parser.parse_args_and_config(
         arguments, return_remaining_strings=True, separate_remaining_strings=True)  # the recipe is checked here
-    launch_arguments = resolve_accelerate_config_argument(config_remaining + cli_remaining)
+    refuse_unknown_flags(config_remaining, parser)  # a recipe's own keys
+    launch_arguments = accelerate_config_arguments(config_remaining + cli_remaining)
     script_arguments = _without(arguments, cli_remaining)
     launch_command(launch_command_parser().parse_args([*launch_arguments, grpo.__file__, *script_arguments]))
     return 0

@@ -346,6 +346,16 @@ class BudgetGRPOTrainer(GRPOTrainer):
                                                self.state.global_step)
         super().log(logs, start_time)
 
+    def end(self):
+        # A model wrapped for several processes (DDP) keeps the process group in its reducer. Freed after `end()` has
+        # destroyed the group (when the trainer itself is freed), gloo's destructor can deadlock on a lock the
+        # destroyed group held: the run's last line never returns. So the wrapper goes first, then the group.
+        if self.accelerator.num_processes > 1:
+            self.accelerator.wait_for_everyone()
+            self.model_wrapped = self.model
+            self.accelerator.free_memory()
+        super().end()
+
     def train(self, resume_from_checkpoint=None, trial=None, **kwargs):
         if resume_from_checkpoint is True:  # the newest *complete* checkpoint, where the Trainer takes the newest
             resume_from_checkpoint = resume_point(self.args.output_dir)
