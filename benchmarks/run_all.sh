@@ -22,6 +22,9 @@ OMP_NUM_THREADS=1 python benchmarks/allocation_study.py
 # settings before any RL run of them), then the pre-registered study: 10 arms x 20 paired seeds (40-59), resuming.
 python benchmarks/coverage_replay.py
 OMP_NUM_THREADS=1 python benchmarks/rounds_study.py
+# Whether the current code re-trains stored third-study runs bit for bit (one line per run; exit 1 if any differs).
+OMP_NUM_THREADS=1 PYTHONPATH=benchmarks python benchmarks/retrain_stored.py reinforce-ada-positive:40 \
+    reinforce-ada-balanced:40 uniform-n8:40 rounds-uniform:40 knapsack:41 coba:40
 
 # vLLM request layout, in the engine venv (bash tests/vllm_engine/setup_venv.sh): short completions, then every
 # rollout run to 128 tokens.
