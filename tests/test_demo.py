@@ -209,6 +209,17 @@ def test_the_readme_states_the_third_studys_primary_answer_as_recorded():
     assert gate["passes"] and f"**{gate['diff'] * 100:+.2f} [{gate['ci95'][0] * 100:+.2f}," in readme
 
 
+def test_the_readme_states_the_demos_recorded_figures():
+    # benchmarks/results/demo.json: what `trl-budget demo` printed, and the digest of the code that printed it.
+    demo = json.loads((ROOT / "benchmarks" / "results" / "demo.json").read_text())
+    knapsack, uniform = demo["summary"]["knapsack"], demo["summary"]["uniform"]
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert (f"({knapsack['effective_ratio_mean']:.3f} against {uniform['effective_ratio_mean']:.3f}) and ends at "
+            f"{knapsack['final_accuracy_mean']:.3f} against uniform's {uniform['final_accuracy_mean']:.3f}") in readme
+    assert f"({demo['seconds_on_2_cores']} seconds on 2 cores" in readme
+    assert f"greedy accuracy {knapsack['start_accuracy']:.3f}" in readme and len(demo["code"]) == 16
+
+
 def test_a_stored_run_is_keyed_by_its_settings(tmp_path):
     from trl_budget.demo.run_cache import cached_run
 
