@@ -223,8 +223,7 @@ def test_trl_budget_grpo_trains_what_trl_grpo_trains(tiny_chat_model, tmp_path, 
               "4", "--num_generations", "4", "--max_completion_length", "6", "--use_cpu", "--report_to", "none",
               "--save_strategy", "steps", "--save_steps", "2", "--logging_steps", "1", "--bf16", "false"]
     ddp = str(ROOT / "trl_budget" / "accelerate_configs" / "ddp.yaml")
-    trl_cli = str(Path(sys.executable).with_name("trl"))
-    theirs = first_losses([trl_cli, "grpo", "--accelerate_config", ddp, *common, "--output_dir",
+    theirs = first_losses([sys.executable, "-m", "trl.cli.main", "grpo", "--accelerate_config", ddp, *common, "--output_dir",
                            str(tmp_path / "trl")], tmp_path, tmp_path / "trl", must_exit=False)
     ours = first_losses([sys.executable, "-m", "trl_budget", "grpo", "--accelerate_config", "ddp", *common,
                          "--budget_allocator", "uniform", "--output_dir", str(tmp_path / "ours")], tmp_path,
