@@ -177,3 +177,20 @@ def test_a_tracker_state_from_before_the_reward_history_loads_with_an_empty_hist
 def test_baseline_settings_that_cannot_work_are_refused(tmp_path, overrides, message):
     with pytest.raises(ValueError, match=message):
         BudgetGRPOConfig(**config_kwargs(tmp_path, **overrides))
+
+
+def test_the_scale_check_follows_the_baseline_in_use(tmp_path, tokenizer):
+    # Reinforce-Ada with GRPO's group baseline divides by each trained group's deviation: scale_rewards='batch' has its
+    # meaning there. Before, the check looked at reinforce_ada_global_statistics alone and refused it.
+    options = dict(budget_allocator="reinforce_ada", reinforce_ada_samples_per_round=4, scale_rewards="batch")
+    trainer = make_trainer(tmp_path, tokenizer, max_steps=1, advantage_baseline="group", **options)
+    trainer.train()
+    assert trainer.advantage_baseline == "group" and trainer.state.global_step == 1
+    with pytest.raises(ValueError, match="the advantage baseline 'all_rollouts' .* scale_rewards='batch' .* has no "
+                                         "such meaning"):
+        make_trainer(tmp_path, tokenizer, **options)
+    from trl_budget import ReinforceAda
+
+    with pytest.raises(ValueError, match="the advantage baseline 'all_rollouts'"):  # an allocator object's own
+        make_trainer(tmp_path, tokenizer, scale_rewards="batch", budget_allocator="uniform",
+                     allocator=ReinforceAda(samples_per_round=4, default_generations=4))

@@ -9,7 +9,15 @@ import numpy as np
 import torch
 from trl.trainer.utils import nanstd
 
-__all__ = ["advantages_against_all_rollouts", "advantages_against_moments", "grouped_advantages", "prompt_loss_weights"]
+__all__ = ["advantages_against_all_rollouts", "advantages_against_moments", "grouped_advantages", "prompt_loss_weights",
+           "weighted_rewards"]
+
+
+def weighted_rewards(rewards_per_func: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """Each rollout's weighted sum of rewards, as TRL sums them; NaN where no reward function could score it."""
+    rewards = (rewards_per_func * weights.to(rewards_per_func.device).unsqueeze(0)).nansum(dim=1)
+    rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
+    return rewards
 
 
 def grouped_advantages(
@@ -49,11 +57,8 @@ def grouped_advantages(
         std = expand(nanstd(padded, dim=1, keepdim=True)[:, 0])
         return torch.where(singleton.view(-1, *[1] * (std.ndim - 1)), torch.zeros_like(std), std)
 
-    unscorable = torch.isnan(rewards_per_func).all(dim=1)
-    weights = reward_weights.to(rewards_per_func.device).unsqueeze(0)
     if aggregation == "sum_then_normalize":
-        rewards = (rewards_per_func * weights).nansum(dim=1)
-        rewards[unscorable] = torch.nan
+        rewards = weighted_rewards(rewards_per_func, reward_weights)
         padded = pad(rewards)
         mean = expand(torch.nanmean(padded, dim=1))
         if scale_rewards in ("group", "none"):
@@ -69,8 +74,8 @@ def grouped_advantages(
         padded = pad(rewards_per_func)
         mean_k = expand(torch.nanmean(padded, dim=1, keepdim=True)[:, 0])
         reward_k = (rewards_per_func - mean_k) / (group_std(padded) + 1e-4)
-        rewards = (reward_k * weights).nansum(dim=1)
-        rewards[unscorable] = torch.nan
+        rewards = (reward_k * reward_weights.to(rewards_per_func.device).unsqueeze(0)).nansum(dim=1)
+        rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
         std = nanstd(rewards).expand_as(rewards) if rows > 1 else torch.zeros_like(rewards)
         advantages = (rewards - torch.nanmean(rewards)) / (std + 1e-4)
     else:
@@ -112,14 +117,7 @@ def advantages_against_all_rollouts(trained: torch.Tensor, trained_counts: np.nd
         distinct, times = np.unique(scored, return_counts=True)
         variance = (times * (distinct - mean[prompt]) ** 2).sum() / (scored.size - 1)
         std[prompt], agree[prompt] = max(math.sqrt(variance), epsilon), distinct.size == 1
-    per_row = torch.as_tensor(np.repeat(np.arange(prompts), trained_counts), device=trained.device)
-    as_tensor = partial(torch.as_tensor, device=trained.device)
-    advantages = trained.to(torch.float64) - as_tensor(mean)[per_row]
-    if scale:
-        advantages = advantages / (as_tensor(std)[per_row] + epsilon)
-    is_std_zero = as_tensor(agree)[per_row]
-    advantages = torch.where(is_std_zero, torch.zeros_like(advantages), advantages)
-    return torch.nan_to_num(advantages, nan=0.0).to(trained.dtype), is_std_zero
+    return _against_baseline(trained, trained_counts, mean, std if scale else None, agree, epsilon)
 
 
 def advantages_against_moments(trained: torch.Tensor, trained_counts: np.ndarray, weight: np.ndarray,
@@ -135,14 +133,22 @@ def advantages_against_moments(trained: torch.Tensor, trained_counts: np.ndarray
         `(advantages, is_std_zero)`, one value per trained row; `is_std_zero` where the prompt's rewards agree.
     """
     several = weight > 1
-    spread = several & (m2 > 0)
     deviation = np.sqrt(np.divide(m2, weight - 1, out=np.zeros_like(m2), where=several))
+    return _against_baseline(trained, trained_counts, mean, deviation if scale else None, ~(several & (m2 > 0)),
+                             epsilon)
+
+
+def _against_baseline(trained: torch.Tensor, trained_counts: np.ndarray, mean: np.ndarray, deviation: np.ndarray | None,
+                      agree: np.ndarray, epsilon: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each trained row's reward minus its prompt's `mean`, divided by its `deviation` plus `epsilon` (None: not
+    divided), in float64; 0 where the prompt's rewards `agree` and for unscored rows. Returns them in the rewards'
+    dtype, with `is_std_zero` per row (where the prompt's rewards agree)."""
     per_row = torch.as_tensor(np.repeat(np.arange(len(trained_counts)), trained_counts), device=trained.device)
     as_tensor = partial(torch.as_tensor, device=trained.device)
     advantages = trained.to(torch.float64) - as_tensor(mean)[per_row]
-    if scale:
+    if deviation is not None:
         advantages = advantages / (as_tensor(deviation)[per_row] + epsilon)
-    is_std_zero = ~as_tensor(spread)[per_row]
+    is_std_zero = as_tensor(agree)[per_row]
     advantages = torch.where(is_std_zero, torch.zeros_like(advantages), advantages)
     return torch.nan_to_num(advantages, nan=0.0).to(trained.dtype), is_std_zero
 

@@ -180,9 +180,9 @@ Every field of transformers' TrainingArguments is a flag too.
 """
 ACCELERATE_CONFIGS = Path(__file__).with_name("accelerate_configs")
 # The dataclasses `trl-budget grpo` parses, read from TRL's source for --help: (module under trl, class names).
-TRL_HELP_SOURCES = (("scripts/grpo.py", ("GRPOScriptArguments",)), ("scripts/utils.py", ("ScriptArguments",)),
-                    ("trainer/grpo_config.py", ("GRPOConfig",)), ("trainer/model_config.py", ("ModelConfig",)),
-                    ("scripts/utils.py", ("DatasetMixtureConfig",)))
+TRL_HELP_SOURCES = (("scripts/grpo.py", ("GRPOScriptArguments",)),
+                    ("scripts/utils.py", ("ScriptArguments", "DatasetMixtureConfig")),
+                    ("trainer/grpo_config.py", ("GRPOConfig",)), ("trainer/model_config.py", ("ModelConfig",)))
 
 
 def _field_help(source: Path, classes: tuple[str, ...]) -> list[str]:
@@ -243,15 +243,13 @@ def accelerate_config_arguments(launch_arguments: list[str]) -> list[str]:
     return resolve_accelerate_config_argument(launch_arguments)
 
 
-def refuse_unknown_flags(arguments: list[str], script_parser) -> None:
+def refuse_unknown_flags(arguments: list[str], script_parser, launch_parser) -> None:
     """A flag that neither the script nor `accelerate launch` takes stops here, before the recipe is checked or
     anything launched, naming the field that was probably meant."""
     import difflib
 
-    from accelerate.commands.launch import launch_command_parser
-
     ours = {option for action in script_parser._actions for option in action.option_strings}
-    launchers = {option for action in launch_command_parser()._actions for option in action.option_strings}
+    launchers = {option for action in launch_parser._actions for option in action.option_strings}
     known = ours | launchers | {"--accelerate_config", "--config"}
     for argument in arguments:
         flag = argument.split("=", 1)[0]
@@ -272,14 +270,14 @@ def run_grpo(arguments: list[str]) -> int:
 
     from .scripts import grpo
 
-    parser = grpo.make_parser(prog="trl-budget grpo")
-    refuse_unknown_flags(arguments, parser)
+    parser, launcher = grpo.make_parser(prog="trl-budget grpo"), launch_command_parser()
+    refuse_unknown_flags(arguments, parser, launcher)
     *_, config_remaining, cli_remaining = parser.parse_args_and_config(
         arguments, return_remaining_strings=True, separate_remaining_strings=True)  # the recipe is checked here
-    refuse_unknown_flags(config_remaining, parser)  # a recipe's own keys
+    refuse_unknown_flags(config_remaining, parser, launcher)  # a recipe's own keys
     launch_arguments = accelerate_config_arguments(config_remaining + cli_remaining)
     script_arguments = _without(arguments, cli_remaining)
-    launch_command(launch_command_parser().parse_args([*launch_arguments, grpo.__file__, *script_arguments]))
+    launch_command(launcher.parse_args([*launch_arguments, grpo.__file__, *script_arguments]))
     return 0
 
 

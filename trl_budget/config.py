@@ -513,15 +513,21 @@ class BudgetGRPOConfig(GRPOConfig):
         if not (is_finite_number(self.advantage_history_window) and self.advantage_history_window >= 1):
             raise ValueError(f"advantage_history_window must be a finite number of visits, at least 1, got "
                              f"{self.advantage_history_window!r}.")
-        if baseline is not None and self.reinforce_ada_global_statistics is False:
+        if baseline is not None and not self.reinforce_ada_global_statistics:
             raise ValueError(
                 f"reinforce_ada_global_statistics=False and advantage_baseline={baseline!r} both choose the baseline; "
                 "reinforce_ada_global_statistics=False is advantage_baseline='group'. Set advantage_baseline alone."
             )
+        self.check_baseline_scaling(self.resolved_advantage_baseline())
+
+    def check_baseline_scaling(self, baseline: str) -> None:
+        """A baseline over more than the trained rows defines a group's scale, or none: `scale_rewards` 'group' or
+        'none' of the summed rewards."""
         if baseline in ("all_rollouts", "history") and (self.scale_rewards == "batch" or
                                                           self.multi_objective_aggregation != "sum_then_normalize"):
             raise ValueError(
-                f"advantage_baseline={baseline!r} takes each prompt's mean and deviation of the summed rewards over "
+                f"the advantage baseline {baseline!r} (advantage_baseline; under Reinforce-Ada "
+                f"reinforce_ada_global_statistics) takes each prompt's mean and deviation of the summed rewards over "
                 f"more than its trained rows, which defines the scale of a group (scale_rewards='group') or none "
                 f"(scale_rewards='none'); scale_rewards={self.scale_rewards!r} with multi_objective_aggregation="
                 f"{self.multi_objective_aggregation!r} has no such meaning. Use scale_rewards='group' or 'none' with "

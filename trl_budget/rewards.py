@@ -8,9 +8,11 @@ import torch
 from transformers.utils import logging
 from trl.trainer.utils import get_callable_name, get_config_model_id
 
+from .advantages import weighted_rewards
+
 logger = logging.get_logger(__name__)
 
-__all__ = ["RewardReader", "reward_func_name", "success_reward_index", "weighted_rewards"]
+__all__ = ["RewardReader", "reward_func_name", "success_reward_index"]
 
 EXTREME_BATCHES_BEFORE_WARNING = 10
 
@@ -48,13 +50,6 @@ def success_reward_index(choice: int | str | None, reward_funcs) -> int | None:
     )
 
 
-def weighted_rewards(rewards_per_func: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-    """Each rollout's weighted sum of rewards, as TRL sums them; NaN where no reward function could score it."""
-    rewards = (rewards_per_func * weights.to(rewards_per_func.device).unsqueeze(0)).nansum(dim=1)
-    rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
-    return rewards
-
-
 class RewardReader:
     """The trainer's reading of its rewards: weighted sums, outcomes, and the checks and warnings on them.
 
@@ -76,10 +71,12 @@ class RewardReader:
     def weighted(self, rewards_per_func: torch.Tensor) -> torch.Tensor:
         return weighted_rewards(rewards_per_func, self.weights)
 
-    def success_rewards(self, rewards_per_func: torch.Tensor) -> np.ndarray:
-        """The reward that decides success: the weighted sum, or that of `success_reward_func`."""
-        column = self.success_index
-        return (self.weighted(rewards_per_func) if column is None else rewards_per_func[:, column]).cpu().numpy()
+    def success_rewards(self, rewards_per_func: torch.Tensor, weighted: torch.Tensor | None = None) -> np.ndarray:
+        """The reward that decides success: the weighted sum (`weighted`, where already summed), or that of
+        `success_reward_func`."""
+        if self.success_index is not None:
+            return rewards_per_func[:, self.success_index].cpu().numpy()
+        return (self.weighted(rewards_per_func) if weighted is None else weighted).cpu().numpy()
 
     def outcomes(self, rewards_per_func: torch.Tensor) -> np.ndarray:
         """Each row's outcome for the tracker and the round rules: 1.0 a success, 0.0 a failure, NaN unscored."""

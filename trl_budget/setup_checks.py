@@ -41,6 +41,7 @@ def check_before_building(args: BudgetGRPOConfig, allocator, train_dataset, envi
         check_token_cap_allocator(allocator, args.budget_token_cap)
     if hasattr(allocator, "round_rule"):
         check_rounds_allocator(allocator, args, prompts_per_batch)
+    args.check_baseline_scaling(args.resolved_advantage_baseline(allocator))  # an allocator object's baseline
     if dataset_shows_images(train_dataset):
         refuse_images_in_rounds(allocator, args)
     warn_if_rounds_cannot_follow_the_first(allocator, args, prompts_per_batch)
@@ -105,15 +106,6 @@ def check_rounds_allocator(allocator, args: BudgetGRPOConfig, prompts_per_batch:
                          f"num_generations={args.num_generations} of each; build it with default_generations="
                          f"{args.num_generations}.")
     allocator.check_batch(prompts_per_batch, args.world_size)
-    if allocator.global_statistics and (args.scale_rewards == "batch"
-                                        or args.multi_objective_aggregation != "sum_then_normalize"):
-        raise ValueError(
-            f"reinforce_ada_global_statistics=True sets each prompt's baseline from all its rollouts of the batch, "
-            f"which defines the scale of a group (scale_rewards='group') or none (scale_rewards='none'), for the "
-            f"summed rewards; scale_rewards={args.scale_rewards!r} with multi_objective_aggregation="
-            f"{args.multi_objective_aggregation!r} has no such meaning. Use scale_rewards='group' or 'none' with "
-            "'sum_then_normalize', or set reinforce_ada_global_statistics=False."
-        )
 
 
 def dataset_shows_images(dataset) -> bool:

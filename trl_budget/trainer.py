@@ -122,6 +122,7 @@ class BudgetGRPOTrainer(GRPOTrainer):
         zero_std_logged = len(self._metrics["train"]["frac_reward_zero_std"])
         rounds, trl_layout = self._generate_rounds(rule, prompts)
         generated_rewards, lengths = rounds.gathered_in_plan_order()
+        generated_weighted = self.rewards.weighted(generated_rewards)
         pad_token_id = getattr(self, "_tokenizer", self.processing_class).pad_token_id
         trained = (rounds.all_trained(pad_token_id, generated_rewards) if not hasattr(rule, "trained_slots") else
                    rounds.selected(*rule.trained_slots(rounds), pad_token_id, self.accelerator.gather,
@@ -131,7 +132,8 @@ class BudgetGRPOTrainer(GRPOTrainer):
                                                     trained.slot_order, history_rates, rule.history_counts,
                                                     self.args.budget_probe_generations, rounds.counts_per_round(),
                                                     rewards.cpu().numpy())
-        advantages = self._trained_advantages(keys, rounds, trained, generated_rewards, trl_layout, zero_std_logged)
+        advantages = self._trained_advantages(keys, rounds, trained, rewards, generated_weighted, trl_layout,
+                                              zero_std_logged)
         output = trained.output
         if not (trl_layout and self.args.advantage_clip is None):  # else TRL's own, as they are
             output["advantages"] = advantages if trained.in_plan_order else advantages[
@@ -139,9 +141,9 @@ class BudgetGRPOTrainer(GRPOTrainer):
 
         # The tracker learns from every rollout generated, trained or not.
         batch_failure_rate = self.tracker.update(
-            np.repeat(keys, rounds.counts), self.rewards.success_rewards(generated_rewards),
+            np.repeat(keys, rounds.counts), self.rewards.success_rewards(generated_rewards, generated_weighted),
             None if groups is None else np.repeat(groups, rounds.counts), lengths.cpu().numpy(),
-            self.rewards.weighted(generated_rewards).cpu().numpy() if self.advantage_baseline == "history" else None)
+            generated_weighted.cpu().numpy() if self.advantage_baseline == "history" else None)
         self.rewards.warn_if_success_never_varies(batch_failure_rate)
         self.rewards.warn_if_spread_overflows(plan.counts, plan.rewards, advantages)
         self._metrics["train"]["budget/completion_tokens"].append(float(output["num_items_in_batch"]))
@@ -169,15 +171,16 @@ class BudgetGRPOTrainer(GRPOTrainer):
             self._generate_round(rounds, prompts, round_counts, seed + len(rounds), trl_layout)
         return rounds, trl_layout
 
-    def _trained_advantages(self, keys: list[str], rounds: GeneratedRounds, trained, generated_rewards: torch.Tensor,
-                            trl_layout: bool, zero_std_logged: int) -> torch.Tensor:
-        """The advantages of the trained rows in plan order, clipped and weighted as set; TRL's logs follow them."""
+    def _trained_advantages(self, keys: list[str], rounds: GeneratedRounds, trained, rewards: torch.Tensor,
+                            generated_rewards: torch.Tensor, trl_layout: bool, zero_std_logged: int) -> torch.Tensor:
+        """The advantages of the trained rows in plan order, clipped and weighted as set; TRL's logs follow them.
+        `rewards` and `generated_rewards` are the weighted rewards of the trained and of every generated row."""
         if trl_layout and self.accelerator.num_processes == 1:
             advantages = trained.output["advantages"]  # TRL's, and its zero-std share, bit for bit: not computed twice
         elif trl_layout:  # TRL's rows on several processes: its advantages are this process's; the logs need all
-            advantages = self._advantages(keys, rounds, trained, generated_rewards)[0]
+            advantages = self._advantages(keys, rounds, trained, rewards, generated_rewards)[0]
         else:
-            advantages, is_std_zero = self._advantages(keys, rounds, trained, generated_rewards)
+            advantages, is_std_zero = self._advantages(keys, rounds, trained, rewards, generated_rewards)
             zero_std = self._metrics["train"]["frac_reward_zero_std"]
             del zero_std[zero_std_logged:]  # one figure for the batch, not one per round
             zero_std.append(is_std_zero.float().mean().item())
@@ -191,22 +194,21 @@ class BudgetGRPOTrainer(GRPOTrainer):
                              advantages)
         return advantages
 
-    def _advantages(self, keys: list[str], rounds: GeneratedRounds, trained, generated_rewards: torch.Tensor
-                    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def _advantages(self, keys: list[str], rounds: GeneratedRounds, trained, rewards: torch.Tensor,
+                    generated_rewards: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The trained rows' advantages against the chosen baseline: GRPO's over each prompt's trained rows, or the
-        weighted rewards of all its rollouts of the batch (`generated_rewards`, per function, in plan order), or its
-        reward history pooled with them."""
+        weighted rewards of all its rollouts of the batch (`generated_rewards`, in plan order), or its reward history
+        pooled with them; `rewards` are the trained rows' weighted rewards."""
         scale = self.scale_rewards != "none"
         if self.advantage_baseline == "all_rollouts":
-            return advantages_against_all_rollouts(
-                self.rewards.weighted(trained.rewards), trained.counts, self.rewards.weighted(generated_rewards),
-                rounds.counts, scale=scale)
+            return advantages_against_all_rollouts(rewards, trained.counts, generated_rewards, rounds.counts,
+                                                   scale=scale)
         if self.advantage_baseline == "history":
-            names, *moments = self.tracker.reward_moments_after(
-                np.repeat(keys, rounds.counts), self.rewards.weighted(generated_rewards).cpu().numpy())
+            names, *moments = self.tracker.reward_moments_after(np.repeat(keys, rounds.counts),
+                                                                generated_rewards.cpu().numpy())
             of_prompt = [names.index(key) for key in keys]  # a prompt sampled twice in a batch: one history
-            return advantages_against_moments(self.rewards.weighted(trained.rewards), trained.counts,
-                                              *(moment[of_prompt] for moment in moments), scale=scale)
+            return advantages_against_moments(rewards, trained.counts, *(moment[of_prompt] for moment in moments),
+                                              scale=scale)
         return grouped_advantages(trained.rewards, torch.as_tensor(trained.counts, device=trained.rewards.device),
                                   self.reward_weights, self.scale_rewards, self.multi_objective_aggregation)
 
