@@ -6,9 +6,17 @@ a solution (the text itself where math-verify finds no expression), else 0.0. Th
 so run them from the repository's root:
 
     trl-budget grpo --config examples/knapsack_rl.yaml --model_name_or_path Qwen/Qwen2.5-7B-Instruct ...
+
+`overlong_punishment` is DAPO's soft overlong punishment (TRL's `get_soft_overlong_punishment`) at its recipe's
+lengths: 0 up to 16384 completion tokens, falling linearly to -1 at 20480 (`examples/dapo.yaml`).
 """
 
 from __future__ import annotations
+
+from trl.rewards import get_soft_overlong_punishment
+
+overlong_punishment = get_soft_overlong_punishment(max_completion_len=20480, soft_punish_cache=4096)
+overlong_punishment.__name__ = "overlong_punishment"
 
 
 def accuracy_reward(completions, reward_model, **kwargs) -> list[float]:

@@ -16,6 +16,8 @@
     multiprocess_run.py OUTPUT_DIR knapsack-beyond    # a column prior, group pools, prompt-weighted loss, token cap
     multiprocess_run.py OUTPUT_DIR knapsack-history   # advantages against each prompt's reward history
     multiprocess_run.py OUTPUT_DIR uniform-trl        # uniform, and GRPOTrainer itself (grpo-trl), on the same run
+    multiprocess_run.py OUTPUT_DIR uniform-dynamic    # dynamic sampling over 12 prompts, no cap on generation batches
+    multiprocess_run.py OUTPUT_DIR dynamic-cap        # dynamic sampling where every rollout earns 1: the cap is reached
 """
 
 import json
@@ -155,7 +157,7 @@ def main(output_dir: str, mode: str):
     if mode.endswith("-trl"):
         return trl_parity(output_dir, mode)
     tokenizer = build_char_tokenizer(ALPHABET)
-    failing = mode in ("failing-allocator", "failing-reward", "infinite-reward")
+    failing = mode in ("failing-allocator", "failing-reward", "infinite-reward", "dynamic-cap")
     allocator = "knapsack" if failing else mode.split("-")[0]  # knapsack-probe, coba, uniform-rounds, ...
     beyond = {}
     if mode.endswith("-beyond"):
@@ -166,6 +168,11 @@ def main(output_dir: str, mode: str):
                       budget_loss_weighting="prompt", budget_token_cap=1.0)
     if mode.endswith("-history"):  # the tracker's reward history as the advantage baseline
         beyond = dict(advantage_baseline="history", advantage_history_window=2.0)
+    if mode.endswith("-dynamic"):
+        beyond = dict(budget_dynamic_sampling=True, budget_dynamic_sampling_max_gen_batches=0,
+                      dataset=make_dataset(12))
+    if mode == "dynamic-cap":
+        allocator, beyond = "uniform", dict(budget_dynamic_sampling=True, budget_dynamic_sampling_max_gen_batches=2)
     scored, reward_funcs = ScoredRows(), None
     if allocator == "reinforce_ada":  # accuracy plus a 0.5-weighted format reward, success by accuracy alone
         formatted = ScoredRows(format_reward)
@@ -200,7 +207,9 @@ def main(output_dir: str, mode: str):
         budget_allocator=allocator, save_strategy="steps", save_steps=9,
         allocator=FailingAllocator() if mode == "failing-allocator" else None,
         reward_funcs={"failing-reward": parity_reward_failing_on_rank_1,
-                      "infinite-reward": parity_reward_infinite_on_rank_1}.get(mode, reward_funcs or scored),
+                      "infinite-reward": parity_reward_infinite_on_rank_1,
+                      "dynamic-cap": ScoredRows(lambda prompts, completions: [1.0] * len(completions)),
+                      }.get(mode, reward_funcs or scored),
         budget_probe_generations=2 if "-probe" in mode else 0,
         budget_round_generations=2 if mode.endswith("-rounds") else 0,
         seed=int(os.environ["RANK"]) if mode.endswith("-rank-seed") else 0, **beyond,

@@ -2,6 +2,7 @@
 
 import contextlib
 import json
+import os
 import string
 import subprocess
 import sys
@@ -152,6 +153,26 @@ def test_trl_budget_grpo_runs_a_recipe_on_two_processes(tiny_chat_model, dapo_fo
     assert result.returncode == 0, result.stderr[-5000:]
     assert (tmp_path / "out" / "model.safetensors").exists()
     assert result.stdout.count("Pass rates:") == 1  # printed by the main process of the two
+
+
+def test_the_dapo_recipe_runs_dynamic_sampling_on_two_processes(tiny_chat_model, dapo_folder, tmp_path):
+    # The recipe's settings, sized down; a parity reward in place of accuracy, which a tiny model never earns (every
+    # prompt would be dropped until the cap stops the run, as it should).
+    (tmp_path / "tiny_rewards.py").write_text(PARITY_REWARD)
+    result = subprocess.run(
+        [sys.executable, "-m", "trl_budget", "grpo", "--config", str(ROOT / "examples" / "dapo.yaml"),
+         "--accelerate_config", "ddp", "--num_processes", "2", "--mixed_precision", "no",
+         *small_run(tiny_chat_model, dapo_folder, tmp_path / "out", "--per_device_train_batch_size", "4",
+                    "--generation_batch_size", "8", "--gradient_accumulation_steps", "1", "--reward_funcs",
+                    "tiny_rewards.parity", "examples.dapo_math.overlong_punishment", "--success_reward_func", "parity",
+                    "--save_strategy", "steps", "--save_steps", "3")],
+        capture_output=True, text=True, timeout=900, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert result.returncode == 0, result.stderr[-5000:]
+    state = json.loads((tmp_path / "out" / "checkpoint-3" / "trainer_state.json").read_text())
+    logs = [entry for entry in state["log_history"] if "budget/varied_prompts" in entry]
+    assert len(logs) == 3 and all(entry["budget/generated_prompts"] == 6 * entry["budget/rounds"] for entry in logs)
+    assert all(entry["budget/trained_rollouts"] == 8 and entry["budget/zero_std_groups"] == 0 for entry in logs)
+    assert (tmp_path / "out" / "checkpoint-3" / "budget_prompt_stream.json").exists()
 
 
 PARITY_REWARD = """def parity(completions, **kwargs):

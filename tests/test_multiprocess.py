@@ -219,6 +219,41 @@ def test_two_processes_train_against_the_same_reward_history(tmp_path):
                                        atol=1e-6)
 
 
+def test_two_processes_draw_and_keep_the_same_prompts_under_dynamic_sampling(tmp_path):
+    # Every kept prompt's rollouts, gathered from both ranks, differ; every dropped one's agree; the kept are the first
+    # two that differ, in the order drawn; each rank trains 4 rows of them, whatever rank generated them.
+    result = launch(tmp_path, "uniform-dynamic")
+    assert result.returncode == 0, result.stderr[-4000:]
+    first, second = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in range(2)]
+    shared = ("keys", "counts", "slot_order", "round_rows", "trained_rewards", "prompts")
+    assert [{k: b[k] for k in shared} for b in first["batches"]] == [{k: b[k] for k in shared} for b in
+                                                                        second["batches"]]
+    assert first["tracker"] == second["tracker"] and len(first["losses"]) == 9
+    scored = [row for rank in (first, second) for row in rank["scored"]]
+    for step, batch in enumerate(first["batches"]):
+        rewards = {prompt: {r for p, _, r, s in scored if p == prompt and s == step} for prompt in batch["prompts"]}
+        varied = [len(rewards[prompt]) > 1 for prompt in batch["prompts"]]
+        kept = [count > 0 for count in batch["counts"]]
+        assert kept == [v and sum(varied[: i + 1]) <= 2 for i, v in enumerate(varied)] and sum(kept) == 2
+        assert batch["round_rows"] == [8] * len(batch["round_rows"]) and len(batch["prompts"]) == 2 * len(
+            batch["round_rows"])
+        assert sum(s == step for *_, s in scored) == sum(batch["round_rows"])
+        kept_prompts = [prompt for prompt, keep in zip(batch["prompts"], kept) if keep]
+        for rank in (batch, second["batches"][step]):
+            assert len(rank["my_rows"]) == 4
+            for (prompt, _), slot in zip(rank["my_rows"], rank["my_slots"]):
+                assert prompt == kept_prompts[slot // 4]
+    assert any(len(batch["round_rows"]) > 1 for batch in first["batches"])  # some batches drew a second time
+
+
+def test_reaching_dynamic_samplings_cap_stops_every_process_with_the_same_error(tmp_path):
+    result = launch(tmp_path, "dynamic-cap")
+    assert result.returncode == 0, result.stderr[-4000:]
+    messages = [(tmp_path / f"rank{rank}_error.txt").read_text() for rank in range(2)]
+    assert messages[0] == messages[1] and "kept 0 of the 2 prompts" in messages[0]
+    assert "after 2 generation batches" in messages[0]
+
+
 def test_uniform_on_two_processes_is_grpo_trainer_bit_for_bit(tmp_path):
     # Before, uniform re-dealt every prompt's slots over both processes: other rows per rank, other completions.
     reports = {}

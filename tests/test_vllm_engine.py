@@ -271,6 +271,29 @@ def test_server_mode_reinforce_ada_trains_k_of_each_prompt_credited_to_it(tmp_pa
         assert not misplaced, f"trained rows credited to another prompt (credited, shown, completion): {misplaced}"
 
 
+def test_server_mode_dynamic_sampling_sends_a_request_per_generation_batch_and_trains_the_varied_prompts(
+        tmp_path, copy_model, vllm_server, cpu_weight_sync, requests_sent):
+    rows = Rows()
+    trainer = server_trainer(tmp_path, copy_model, vllm_server, rows, prompts=10, max_steps=4,
+                             budget_allocator="uniform", budget_dynamic_sampling=True,
+                             budget_dynamic_sampling_oversample=2, budget_dynamic_sampling_max_gen_batches=0)
+    trainer.train()
+    plans = PlanRecorder.plans
+    assert requests_sent == [(16, 1)] * len(rows.batches)  # one request per generation batch of 4 prompts x 4
+    batches = iter(rows.batches)
+    for plan, output in plans:
+        scored = [row for _ in plan.round_counts for row in next(batches)]
+        assert Counter(prompt for prompt, _ in scored) == {row["prompt"]: 4 for row in plan.prompts}
+        assert all(belongs_to_its_prompt(prompt, completion) for prompt, completion in scored)
+        rewards = {row["prompt"]: {len(c) % 2 == int(row["answer"]) % 2 for p, c in scored if p == row["prompt"]}
+                   for row in plan.prompts}
+        varied = [len(rewards[row["prompt"]]) > 1 for row in plan.prompts]
+        assert (plan.counts > 0).tolist() == [v and sum(varied[: i + 1]) <= 2 for i, v in enumerate(varied)]
+        assert output["completion_ids"].shape[0] == 8 and plan.counts.sum() == 8
+        misplaced = misplaced_rows(plan, output, trainer.processing_class)
+        assert not misplaced, f"trained rows credited to another prompt (credited, shown, completion): {misplaced}"
+
+
 def test_server_mode_runs_each_rollouts_tool_loop_for_its_own_prompt(tmp_path, tool_model, tool_server,
                                                                       cpu_weight_sync):
     from test_tools import ToolReward

@@ -10,8 +10,8 @@ from typing import Any
 
 from .tracker import CapabilityTracker, SettingsMismatch
 
-__all__ = ["TRACKER_STATE_NAME", "latest_complete_checkpoint", "load_tracker_state", "restore_tracker",
-           "resume_point", "save_tracker", "write_json_atomically"]
+__all__ = ["TRACKER_STATE_NAME", "latest_complete_checkpoint", "load_tracker_state", "restore_stream", "restore_tracker",
+           "resume_point", "save_stream", "save_tracker", "write_json_atomically"]
 
 logger = logging.getLogger(__name__)
 
@@ -155,6 +155,34 @@ def save_tracker(checkpoint: str, tracker: CapabilityTracker) -> None:
         if created and not os.listdir(checkpoint):
             os.rmdir(checkpoint)
         raise
+
+
+def save_stream(checkpoint: str, stream) -> None:
+    """Write dynamic sampling's stream position (a `PromptStream`) into the checkpoint folder, atomically."""
+    from .dynamic_sampling import STREAM_STATE_NAME  # here: that module imports TRL, this one loads without it
+
+    write_json_atomically(os.path.join(checkpoint, STREAM_STATE_NAME), stream.state_dict())
+
+
+def restore_stream(checkpoint: str, stream) -> None:
+    """Put dynamic sampling's stream where the checkpoint's stood, so the resumed run draws the prompts an
+    uninterrupted one would; a missing file is warned about (the stream starts over from the data's first batch)."""
+    from .dynamic_sampling import STREAM_STATE_NAME
+
+    path = os.path.join(checkpoint, STREAM_STATE_NAME)
+    if not os.path.exists(path):
+        logger.warning(
+            f"{path} is missing: the checkpoint was written without dynamic sampling, or its save was interrupted. "
+            "Dynamic sampling draws from the start of the training data again."
+        )
+        return
+    try:
+        with open(path) as f:
+            state = json.load(f)
+    except (OSError, json.JSONDecodeError) as error:
+        raise ValueError(f"{path} cannot be read ({error}). Resume from an earlier checkpoint, or delete the file to "
+                         "draw from the start of the training data again.") from error
+    stream.load_state_dict(state, path)
 
 
 def restore_tracker(checkpoint: str, tracker: CapabilityTracker, tracker_fields: dict[str, str],

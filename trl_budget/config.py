@@ -31,6 +31,7 @@ TRACKER_FIELDS = {
     "reward_history_window": "advantage_history_window",
 }
 ADVANTAGE_BASELINES = ("group", "all_rollouts", "history")
+DYNAMIC_SAMPLING_METRICS = ("reward", "success")
 
 
 @dataclass
@@ -168,6 +169,27 @@ class BudgetGRPOConfig(GRPOConfig):
             Most rounds of sampling until mixed, the first included (each is one generation request); the allocator's
             top-up of the budget left is one more. `None`: until every prompt is mixed or capped, or the budget is
             spent.
+
+        > Parameters of dynamic sampling (DAPO)
+
+        budget_dynamic_sampling (`bool`, *optional*, defaults to `False`):
+            DAPO's dynamic sampling, as verl's DAPO recipe releases it (`algorithm.filter_groups.enable`; NeMo RL's
+            `use_dynamic_sampling`): each batch generates `num_generations` rollouts of every prompt of a generation
+            batch drawn from the training data, drops the prompts whose rollouts all agree, and draws further
+            generation batches until the training batch's `generation_batch_size / num_generations` prompts all
+            carry a gradient; the first of them in the data's order are trained. Runs with
+            `budget_allocator="uniform"`, without rounds or a probe.
+        budget_dynamic_sampling_metric (`str`, *optional*, defaults to `"reward"`):
+            What must differ among a prompt's rollouts for it to be kept (verl's `filter_groups.metric`): `"reward"`,
+            the weighted sum of the rewards (verl's `score`); `"success"`, the outcome the tracker counts
+            (`success_reward_func`, `success_threshold`; verl's `acc`).
+        budget_dynamic_sampling_oversample (`int`, *optional*, defaults to `1`):
+            Prompts of each generation batch, as a multiple of the training batch's prompts (verl's
+            `data.gen_batch_size / data.train_batch_size`; its DAPO recipe uses 3).
+        budget_dynamic_sampling_max_gen_batches (`int`, *optional*, defaults to `10`):
+            Most generation batches per training batch (verl's `filter_groups.max_num_gen_batches`, NeMo RL's
+            `dynamic_sampling_max_gen_batches`). When they hold too few kept prompts, training stops with an error,
+            as verl's recipe does. 0: no cap.
 
         > Parameters that control the advantages and the loss
 
@@ -349,6 +371,28 @@ class BudgetGRPOConfig(GRPOConfig):
         metadata={"help": "With rounds, the most rounds of sampling until mixed, the first included. None: until every "
                   "prompt is mixed or capped, or the budget is spent."},
     )
+    budget_dynamic_sampling: bool = field(
+        default=False,
+        metadata={"help": "DAPO's dynamic sampling (verl's filter_groups): draw generation batches of new prompts "
+                  "until the training batch's prompts all have rollouts that differ; prompts whose rollouts all "
+                  "agree are dropped. With budget_allocator='uniform'."},
+    )
+    budget_dynamic_sampling_metric: str = field(
+        default="reward",
+        metadata={"help": "Dynamic sampling: what must differ among a prompt's rollouts for it to be kept: 'reward' "
+                  "(their weighted reward, verl's 'score') or 'success' (the tracker's outcome, verl's 'acc').",
+                  "choices": ["reward", "success"]},
+    )
+    budget_dynamic_sampling_oversample: int = field(
+        default=1,
+        metadata={"help": "Dynamic sampling: prompts per generation batch, as a multiple of the training batch's "
+                  "(verl's gen_batch_size / train_batch_size; its DAPO recipe uses 3)."},
+    )
+    budget_dynamic_sampling_max_gen_batches: int = field(
+        default=10,
+        metadata={"help": "Dynamic sampling: most generation batches per training batch (verl's "
+                  "max_num_gen_batches); too few kept prompts by then stops training with an error. 0: no cap."},
+    )
     budget_loss_weighting: str = field(
         default="token",
         metadata={"help": "How a prompt's rollouts weigh in the loss: 'token' (every rollout alike, as TRL and both "
@@ -413,6 +457,7 @@ class BudgetGRPOConfig(GRPOConfig):
                 "Lower it, or raise min_generations."
             )
         self.check_round_settings()
+        self.check_dynamic_sampling()
         check_finite("pass_rate_prior_strength", self.pass_rate_prior_strength, 0.0, "above 0")
         if self.budget_token_cap is not None:
             check_finite("budget_token_cap", self.budget_token_cap, 0.0, "above 0 (a multiple of uniform's tokens)")
@@ -458,6 +503,12 @@ class BudgetGRPOConfig(GRPOConfig):
                     f"allocator is {self.budget_allocator!r}, which would ignore it. Remove {own[0]}, or set "
                     f"budget_allocator={allocator!r}."
                 )
+        dynamic = [name for name in changed if name.startswith("budget_dynamic_sampling_")]
+        if dynamic and not self.budget_dynamic_sampling:
+            raise ValueError(
+                f"{dynamic[0]}={changed[dynamic[0]]!r} is read only with budget_dynamic_sampling=True, which this run "
+                "does not set, so it would be ignored. Remove it, or set budget_dynamic_sampling=True."
+            )
         if "advantage_history_window" in changed and self.advantage_baseline != "history":
             raise ValueError(
                 f"advantage_history_window={changed['advantage_history_window']!r} is read only with "
@@ -560,6 +611,38 @@ class BudgetGRPOConfig(GRPOConfig):
                 f"budget_round_generations={self.budget_round_generations} and budget_probe_generations="
                 f"{self.budget_probe_generations} are two ways of generating a batch in rounds; a probe is the "
                 "two-round case. Set one of them to 0."
+            )
+
+    def check_dynamic_sampling(self) -> None:
+        """Dynamic sampling: a metric, whole counts, and the one rule it runs with (uniform, one round per batch)."""
+        if self.budget_dynamic_sampling_metric not in DYNAMIC_SAMPLING_METRICS:
+            raise ValueError(
+                f"budget_dynamic_sampling_metric={self.budget_dynamic_sampling_metric!r} is not a metric: choose "
+                "'reward' (the rollouts' weighted reward must differ) or 'success' (their outcomes must differ)."
+            )
+        check_whole_number("budget_dynamic_sampling_oversample", self.budget_dynamic_sampling_oversample, 1)
+        check_whole_number("budget_dynamic_sampling_max_gen_batches", self.budget_dynamic_sampling_max_gen_batches, 0)
+        if not self.budget_dynamic_sampling:
+            return
+        if self.budget_allocator != "uniform":
+            raise ValueError(
+                f"budget_dynamic_sampling=True trains num_generations rollouts of each kept prompt, as verl's DAPO "
+                f"recipe does, so it runs with budget_allocator='uniform' only (got {self.budget_allocator!r}): its "
+                "generation batches cannot yet be shared unevenly. Set budget_allocator='uniform', or "
+                "budget_dynamic_sampling=False to share the budget by the allocator."
+            )
+        for name in ("budget_round_generations", "budget_probe_generations"):
+            if getattr(self, name):
+                raise ValueError(
+                    f"budget_dynamic_sampling=True draws new prompts in rounds of its own, so {name}="
+                    f"{getattr(self, name)} (more rollouts of the same prompts) cannot apply with it. Set {name}=0, "
+                    "or budget_dynamic_sampling=False."
+                )
+        if self.budget_token_cap is not None:
+            raise ValueError(
+                f"budget_token_cap={self.budget_token_cap!r} caps an uneven allocation's tokens, and dynamic sampling "
+                "generates num_generations rollouts of every prompt. Remove budget_token_cap, or set "
+                "budget_dynamic_sampling=False."
             )
 
     def check_loss_weighting(self) -> None:

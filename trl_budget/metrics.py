@@ -32,7 +32,8 @@ class BudgetMetrics:
         """The allocation's figures, the share of rollouts and prompts with a gradient, and the optional ones (token
         cap, prior, failure rate, the allocator's own, the probe's)."""
         metrics = self.metrics
-        counts = plan.counts.astype(np.float64)
+        trained = plan.counts > 0  # dynamic sampling's dropped prompts train no rollout
+        counts = plan.counts[trained].astype(np.float64)
         metrics["budget/rollouts_mean"].append(float(counts.mean()))
         metrics["budget/rollouts_std"].append(float(counts.std()))
         metrics["budget/rollouts_min"].append(float(counts.min()))
@@ -40,9 +41,9 @@ class BudgetMetrics:
         metrics["budget/effective_ratio"].append((advantages != 0).float().mean().item())
         weight = np.bincount(np.repeat(np.arange(len(plan.counts)), plan.counts), advantages.abs().cpu().numpy(),
                              minlength=len(plan.counts))  # each prompt's share of the loss's |advantage| mass
-        metrics["budget/prompts_with_gradient"].append(float(np.mean(weight > 0)))
+        metrics["budget/prompts_with_gradient"].append(float(np.mean(weight[trained] > 0)))
         metrics["budget/top_prompt_loss_share"].append(float(weight.max() / weight.sum()) if weight.sum() else 0.0)
-        starts = np.cumsum(plan.counts) - plan.counts
+        starts = (np.cumsum(plan.counts) - plan.counts)[trained]
         rewards = rewards.cpu().numpy()
         group_max = np.fmax.reduceat(rewards, starts)  # NaN rewards ignored
         group_min = np.fmin.reduceat(rewards, starts)
@@ -66,17 +67,25 @@ class BudgetMetrics:
             if plan.history_counts is not None:  # share of the budget the probe moved to other prompts
                 moved = np.abs(plan.counts - plan.history_counts).sum() / (2.0 * plan.counts.sum())
                 metrics["budget/probe_moved_share"].append(float(moved))
-        self.history["rollouts_per_prompt"].extend(plan.counts.tolist())
+        self.history["rollouts_per_prompt"].extend(plan.counts[trained].tolist())
         self.history["pass_rates"].extend(plan.pass_rates[~np.isnan(plan.pass_rates)].tolist())
 
     def record_rounds(self, rule, rounds, trained_counts: np.ndarray) -> None:
-        """In every mode: the rounds the batch took (one engine request each), the rollouts generated and trained;
-        with rounds until mixed or Reinforce-Ada, the share of prompts still active after each round."""
+        """In every mode: the rounds the batch took (one engine request each), the rollouts generated and trained, the
+        prompts generated; with rounds until mixed or Reinforce-Ada, the share of prompts still active after each
+        round; with dynamic sampling, the prompts whose rollouts differ."""
         self.metrics["budget/rounds"].append(float(len(rounds)))
         for index, share in enumerate(getattr(rule, "active_after_round", ()), start=1):
             self.metrics[f"budget/active_after_round_{index}"].append(share)
         self.metrics["budget/generated_rollouts"].append(float(rounds.counts.sum()))
         self.metrics["budget/trained_rollouts"].append(float(trained_counts.sum()))
+        self.metrics["budget/generated_prompts"].append(float(rounds.num_prompts))
+        if hasattr(rule, "varied_prompts"):  # dynamic sampling: prompts whose rollouts differ, trained or not
+            self.metrics["budget/varied_prompts"].append(float(rule.varied_prompts))
+
+    def record_data_passes(self, passes: int) -> None:
+        """Dynamic sampling: passes over the training data begun by the prompt stream."""
+        self.metrics["budget/data_passes"].append(float(passes))
 
     @staticmethod
     def log_prompt_rollouts(extra_columns, generated_counts: np.ndarray, generated_slot_order: np.ndarray) -> None:

@@ -112,6 +112,7 @@ class RewardReader:
         where TRL computes a group's standard deviation (`GRPOTrainer` zeroes such a group too)."""
         if self._warned_overflow:
             return
+        counts = counts[counts > 0]  # prompts that train no rollout hold no row
         starts = np.cumsum(counts) - counts
         with np.errstate(invalid="ignore"):
             spread = np.fmax.reduceat(rewards, starts) > np.fmin.reduceat(rewards, starts)

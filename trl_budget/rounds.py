@@ -61,6 +61,16 @@ class GeneratedRounds:
         self.wins = self.wins + np.bincount(prompt_of_row[scored], outcomes[scored], minlength=counts.size)
         self.trials = self.trials + np.bincount(prompt_of_row[scored], minlength=counts.size)
 
+    def add_prompts(self, number: int) -> None:
+        """Make room for `number` more prompts, after the batch's others, with no rollouts yet (dynamic sampling's
+        next generation batch); every earlier round generated none of them."""
+        def grown(values: np.ndarray) -> np.ndarray:
+            return np.concatenate([values, np.zeros(number, dtype=values.dtype)])
+
+        self.counts, self.wins, self.trials = grown(self.counts), grown(self.wins), grown(self.trials)
+        for generated in self.rounds:
+            generated.counts = grown(generated.counts)
+
     def outcomes_in_plan_order(self) -> np.ndarray:
         """Every generated row's outcome (1, 0, NaN) at its plan slot: each prompt's rows in the order generated."""
         outcomes = np.empty(int(self.counts.sum()))

@@ -7,6 +7,7 @@ import numpy as np
 from transformers.utils import logging
 
 from .allocators.token_cap import check_token_cap_allocator
+from .allocators.uniform import UniformAllocator
 from .checks import is_missing
 from .config import BudgetGRPOConfig
 from .prior import arrow_missing, check_prior_columns, first_row_where
@@ -45,6 +46,33 @@ def check_before_building(args: BudgetGRPOConfig, allocator, train_dataset, envi
     if dataset_shows_images(train_dataset):
         refuse_images_in_rounds(allocator, args)
     warn_if_rounds_cannot_follow_the_first(allocator, args, prompts_per_batch)
+    if args.budget_dynamic_sampling:
+        check_dynamic_sampling(allocator, train_dataset, prompts_per_batch * args.budget_dynamic_sampling_oversample)
+
+
+def check_dynamic_sampling(allocator, dataset, prompts_per_generation_batch: int) -> None:
+    """Dynamic sampling trains uniform groups and draws its prompts by index from a dataset large enough for one of
+    its generation batches."""
+    if not isinstance(allocator, UniformAllocator):
+        raise ValueError(
+            f"budget_dynamic_sampling=True trains num_generations rollouts of each kept prompt, so it runs with the "
+            f"uniform allocator only; the trainer was given {allocator!r}. Drop the allocator argument (with "
+            "budget_allocator='uniform'), or set budget_dynamic_sampling=False."
+        )
+    if dataset is None or isinstance(dataset, dict) or not hasattr(dataset, "__getitem__") or not hasattr(
+            dataset, "__len__"):
+        raise ValueError(
+            f"budget_dynamic_sampling=True draws its prompts from the training data by index, in TRL's sampler's "
+            f"order, but the training dataset is a {type(dataset).__name__}, which cannot be indexed. Pass a "
+            "map-style dataset (e.g. datasets.Dataset, or load it without streaming=True), or set "
+            "budget_dynamic_sampling=False."
+        )
+    if len(dataset) < prompts_per_generation_batch:
+        raise ValueError(
+            f"budget_dynamic_sampling draws generation batches of {prompts_per_generation_batch} prompts "
+            f"(the training batch's prompts x budget_dynamic_sampling_oversample), but the training dataset has "
+            f"{len(dataset)}. Lower budget_dynamic_sampling_oversample, or add prompts."
+        )
 
 
 def refuse_seeded_vllm_generation(args: BudgetGRPOConfig) -> None:
@@ -122,7 +150,10 @@ def dataset_shows_images(dataset) -> bool:
 def refuse_images_in_rounds(allocator, args: BudgetGRPOConfig) -> None:
     """Rounds merge, gather and down-sample TRL's generation outputs, which cannot carry multimodal fields yet: say so
     before anything is generated, with the fix for the rule in use."""
-    if hasattr(allocator, "round_rule"):
+    if args.budget_dynamic_sampling:
+        rule, fix = ("budget_dynamic_sampling=True generates each batch in rounds of new prompts",
+                     "set budget_dynamic_sampling=False")
+    elif hasattr(allocator, "round_rule"):
         rule, fix = (f"{allocator!r} generates each batch in rounds and trains a subset of the rows",
                      "train vision prompts with a one-shot allocator (budget_allocator='knapsack', 'coba' or "
                      "'uniform')")

@@ -18,6 +18,7 @@ import os
 import time
 from typing import Any
 
+import datasets
 import numpy as np
 import torch
 from accelerate.utils import broadcast_object_list, gather_object
@@ -29,8 +30,9 @@ from .advantages import (advantages_against_all_rollouts, advantages_against_mom
 from .allocators import Allocator
 from .allocators.token_cap import TokenCappedAllocator
 from .allocators.uniform import UniformAllocator
-from .checkpoint import restore_tracker, resume_point, save_tracker
+from .checkpoint import restore_stream, restore_tracker, resume_point, save_stream, save_tracker
 from .config import TRACKER_FIELDS, BudgetGRPOConfig
+from .dynamic_sampling import DynamicSampling, PromptStream, varied_rewards
 from .metrics import BudgetMetrics, relog_advantages
 from .prior import BUDGET_COLUMN_SETTINGS, history_pass_rates
 from .probe import fresh_pass_rates
@@ -93,6 +95,16 @@ class BudgetGRPOTrainer(GRPOTrainer):
         self.rewards = RewardReader(self.reward_weights, self.reward_func_names, success_index,
                                     self.tracker.success_threshold, self.accelerator.is_main_process)
         self.budget_metrics = BudgetMetrics(self._metrics["train"], self.accelerator.is_main_process)
+        self.prompt_stream = self._prompt_stream() if args.budget_dynamic_sampling else None
+
+    def _prompt_stream(self) -> PromptStream:
+        """Dynamic sampling's prompts: the training rows as TRL's dataloader would bring them (unused columns removed
+        where TRL removes them), in its sampler's order, `budget_dynamic_sampling_oversample` batches' worth at once."""
+        dataset = self.train_dataset
+        if isinstance(dataset, datasets.Dataset) and self.args.remove_unused_columns:
+            dataset = self._remove_unused_columns(dataset, description="training")
+        prompts = self.args.generation_batch_size // self.num_generations * self.args.budget_dynamic_sampling_oversample
+        return PromptStream(dataset, prompts, self.shuffle_dataset, self._layout_seed)
 
     def _set_signature_columns_if_needed(self):
         # TRL keeps only the prompt and image columns when remove_unused_columns=True; the columns the budget settings
@@ -113,14 +125,17 @@ class BudgetGRPOTrainer(GRPOTrainer):
             self._logs["extra"]["prompt_rollouts"].extend([self.num_generations_eval] * rows)
             return output
         started, self._allocation_seconds = time.perf_counter(), 0.0
-        prompts, keys = self._gather_prompts(inputs)
+        prompts, keys = self._gather_prompts(inputs) if self.prompt_stream is None else self._drawn_prompts()
         history_rates, from_prior, groups = history_pass_rates(self.tracker, prompts, keys, self.args)
         failure_rate = self.tracker.failure_rate
-        rule = self._round_rule(keys, history_rates, len(inputs) * self.accelerator.num_processes, failure_rate)
+        rule = self._round_rule(prompts, keys, history_rates, len(inputs) * self.accelerator.num_processes,
+                                failure_rate)
         if not rule.single_round and any(has_images(row) for row in prompts):  # a streamed dataset's images
             refuse_images_in_rounds(self.allocator, self.args)
         zero_std_logged = len(self._metrics["train"]["frac_reward_zero_std"])
         rounds, trl_layout = self._generate_rounds(rule, prompts)
+        if len(prompts) > len(history_rates):  # dynamic sampling drew more prompts: their history (not yet updated)
+            history_rates, from_prior, groups = history_pass_rates(self.tracker, prompts, keys, self.args)
         generated_rewards, lengths = rounds.gathered_in_plan_order()
         generated_weighted = self.rewards.weighted(generated_rewards)
         pad_token_id = getattr(self, "_tokenizer", self.processing_class).pad_token_id
@@ -151,6 +166,8 @@ class BudgetGRPOTrainer(GRPOTrainer):
                                          self._last_token_cap if self.args.budget_token_cap is not None else None,
                                          self.allocator)
         self.budget_metrics.record_rounds(rule, rounds, trained.counts)
+        if self.prompt_stream is not None:
+            self.budget_metrics.record_data_passes(self.prompt_stream.passes)
         self.budget_metrics.log_prompt_rollouts(self._logs["extra"], rounds.counts, rounds.slot_order())
         self.budget_metrics.record_allocation_time(self._allocation_seconds, time.perf_counter() - started,
                                                    self.allocator)
@@ -212,9 +229,15 @@ class BudgetGRPOTrainer(GRPOTrainer):
         return grouped_advantages(trained.rewards, torch.as_tensor(trained.counts, device=trained.rewards.device),
                                   self.reward_weights, self.scale_rewards, self.multi_objective_aggregation)
 
-    def _round_rule(self, keys: list[str], history_rates: np.ndarray, budget: int, failure_rate):
-        """The batch's round rule: rounds until mixed, a probe and then the rest, or one round (both releases)."""
+    def _round_rule(self, prompts: list[dict[str, Any]], keys: list[str], history_rates: np.ndarray, budget: int,
+                    failure_rate):
+        """The batch's round rule: dynamic sampling, rounds until mixed, a probe and then the rest, or one round
+        (both releases)."""
         args = self.args
+        if self.prompt_stream is not None:
+            return DynamicSampling(prompts, keys, self._drawn_prompts, self._varied, budget // self.num_generations,
+                                   self.num_generations, args.budget_dynamic_sampling_max_gen_batches,
+                                   args.budget_dynamic_sampling_metric)
 
         def fresh_rates(wins, trials):
             return fresh_pass_rates(*self.tracker.evidence(keys), wins, trials, args.budget_probe_history_weight,
@@ -309,6 +332,17 @@ class BudgetGRPOTrainer(GRPOTrainer):
         check_repeated_layout(all_rows, group, self.args.prompt_id_column or "prompt")
         return prompts, [self._key_of(identity) for identity in identities]
 
+    def _drawn_prompts(self) -> tuple[list[dict[str, Any]], list[str]]:
+        """Dynamic sampling: the next generation batch's prompts from the stream (the same on every process)."""
+        prompts = self.prompt_stream.next_batch()
+        return prompts, [self._prompt_key(row) for row in prompts]
+
+    def _varied(self, rounds: GeneratedRounds) -> np.ndarray:
+        """Dynamic sampling's filter: the prompts whose rollouts differ on `budget_dynamic_sampling_metric`."""
+        if self.args.budget_dynamic_sampling_metric == "success":
+            return rounds.mixed()
+        return varied_rewards(rounds, self.rewards.weighted)
+
     def _prompt_key(self, row: dict[str, Any]) -> str:
         return self._key_of(prompt_identity(row, self.args.prompt_id_column))
 
@@ -367,6 +401,8 @@ class BudgetGRPOTrainer(GRPOTrainer):
         if self.args.should_save:  # the tracker's file first: no checkpoint is ever pushed or kept without it
             folder = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
             save_tracker(os.path.join(self._get_output_dir(trial=trial), folder), self.tracker)
+            if self.prompt_stream is not None:
+                save_stream(os.path.join(self._get_output_dir(trial=trial), folder), self.prompt_stream)
         super()._save_checkpoint(model, trial)
 
     def _load_optimizer_and_scheduler(self, checkpoint):
@@ -374,3 +410,5 @@ class BudgetGRPOTrainer(GRPOTrainer):
         super()._load_optimizer_and_scheduler(checkpoint)
         if checkpoint is not None:
             restore_tracker(checkpoint, self.tracker, TRACKER_FIELDS, self.args.budget_allocator)
+            if self.prompt_stream is not None:
+                restore_stream(checkpoint, self.prompt_stream)
