@@ -153,6 +153,26 @@ def _against_baseline(trained: torch.Tensor, trained_counts: np.ndarray, mean: n
     return torch.nan_to_num(advantages, nan=0.0).to(trained.dtype), is_std_zero
 
 
+def advantages_against_baseline(baseline: str, trained_per_func: torch.Tensor, trained_counts: np.ndarray,
+                                trained: torch.Tensor, generated: torch.Tensor, generated_counts: np.ndarray,
+                                keys: list[str], tracker, reward_weights: torch.Tensor, scale_rewards: str,
+                                aggregation: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The trained rows' advantages against `baseline` (`advantage_baseline`): `"group"`, GRPO's over each prompt's
+    trained rows (`trained_per_func`, rewards per function); `"all_rollouts"`, the weighted rewards of all its rollouts
+    of the batch (`generated`, `generated_counts[i]` of prompt i, in plan order); `"history"`, its reward history in
+    `tracker` pooled with them. `trained` are the trained rows' weighted rewards, `keys` the prompts' tracker keys."""
+    scale = scale_rewards != "none"
+    if baseline == "all_rollouts":
+        return advantages_against_all_rollouts(trained, trained_counts, generated, generated_counts, scale=scale)
+    if baseline == "history":
+        names, *moments = tracker.reward_moments_after(np.repeat(keys, generated_counts), generated.cpu().numpy())
+        of_prompt = [names.index(key) for key in keys]  # a prompt sampled twice in a batch: one history
+        return advantages_against_moments(trained, trained_counts, *(moment[of_prompt] for moment in moments),
+                                          scale=scale)
+    counts = torch.as_tensor(trained_counts, device=trained_per_func.device)
+    return grouped_advantages(trained_per_func, counts, reward_weights, scale_rewards, aggregation)
+
+
 def prompt_loss_weights(counts: torch.Tensor, num_generations: int) -> torch.Tensor:
     """Per row, the factor `num_generations / N_i` that gives each prompt's rollouts together the loss weight of
     `num_generations` rollouts (`budget_loss_weighting="prompt"`).

@@ -10,8 +10,9 @@ from typing import Any
 
 from .tracker import CapabilityTracker, SettingsMismatch
 
-__all__ = ["TRACKER_STATE_NAME", "latest_complete_checkpoint", "load_tracker_state", "restore_stream", "restore_tracker",
-           "resume_point", "save_stream", "save_tracker", "write_json_atomically"]
+__all__ = ["TRACKER_STATE_NAME", "latest_complete_checkpoint", "load_tracker_state", "restore_budget_state",
+           "restore_stream", "restore_tracker", "resume_point", "save_budget_state", "save_stream", "save_tracker",
+           "write_json_atomically"]
 
 logger = logging.getLogger(__name__)
 
@@ -155,6 +156,22 @@ def save_tracker(checkpoint: str, tracker: CapabilityTracker) -> None:
         if created and not os.listdir(checkpoint):
             os.rmdir(checkpoint)
         raise
+
+
+def save_budget_state(checkpoint: str, tracker: CapabilityTracker, stream=None) -> None:
+    """The budget's files of a checkpoint: the tracker's and, with dynamic sampling, the prompt stream's."""
+    save_tracker(checkpoint, tracker)
+    if stream is not None:
+        save_stream(checkpoint, stream)
+
+
+def restore_budget_state(checkpoint: str, tracker: CapabilityTracker, stream, budget_allocator: str) -> None:
+    """Restore what `save_budget_state` saved (`stream`: None without dynamic sampling)."""
+    from .config import TRACKER_FIELDS  # here: the config imports TRL, this module loads without it
+
+    restore_tracker(checkpoint, tracker, TRACKER_FIELDS, budget_allocator)
+    if stream is not None:
+        restore_stream(checkpoint, stream)
 
 
 def save_stream(checkpoint: str, stream) -> None:

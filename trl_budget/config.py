@@ -734,6 +734,15 @@ class BudgetGRPOConfig(GRPOConfig):
                 setattr(self, TRACKER_FIELDS[argument], value)
 
     @classmethod
+    def for_trainer(cls, args: GRPOConfig | None, model) -> "BudgetGRPOConfig":
+        """The trainer's config: `args` as they are, a plain `GRPOConfig` with default budget settings, or (None)
+        the defaults with an output folder named after the model, as TRL names it."""
+        if args is None:
+            model_name = model if isinstance(model, str) else model.config._name_or_path
+            return cls(f"{str(model_name).split('/')[-1]}-BudgetGRPO")
+        return args if isinstance(args, cls) else cls.from_grpo_config(args)
+
+    @classmethod
     def from_grpo_config(cls, args: GRPOConfig) -> "BudgetGRPOConfig":
         """Turn a plain `GRPOConfig` (already post-initialised) into a `BudgetGRPOConfig` with default budget settings."""
         config = cls.__new__(cls)

@@ -19,9 +19,10 @@ from typing import Any
 import numpy as np
 from trl.trainer.utils import RepeatSampler
 
+from .prompts import keys_of
 from .rounds import GeneratedRounds
 
-__all__ = ["DynamicSampling", "PromptStream", "STREAM_STATE_NAME"]
+__all__ = ["DynamicSampling", "PromptStream", "STREAM_STATE_NAME", "varied_rewards"]
 
 STREAM_STATE_NAME = "budget_prompt_stream.json"
 
@@ -42,6 +43,19 @@ class PromptStream:
         self.dataset, self.prompts_per_batch, self.shuffle, self.seed = dataset, prompts_per_batch, shuffle, seed
         self._start()
 
+    @classmethod
+    def for_trainer(cls, trainer) -> "PromptStream":
+        """A trainer's stream: its training rows as TRL's dataloader would bring them (unused columns removed where
+        TRL removes them), in its sampler's order (the main process's seed), `budget_dynamic_sampling_oversample`
+        batches' worth of prompts at a time."""
+        import datasets
+
+        args, dataset = trainer.args, trainer.train_dataset
+        if isinstance(dataset, datasets.Dataset) and args.remove_unused_columns:
+            dataset = trainer._remove_unused_columns(dataset, description="training")
+        prompts = args.generation_batch_size // trainer.num_generations * args.budget_dynamic_sampling_oversample
+        return cls(dataset, prompts, trainer.shuffle_dataset, trainer._layout_seed)
+
     def _start(self) -> None:
         self._sampler = RepeatSampler(self.dataset, mini_repeat_count=1, batch_size=self.prompts_per_batch,
                                       repeat_count=1, shuffle=self.shuffle, seed=self.seed)
@@ -61,6 +75,11 @@ class PromptStream:
     def next_batch(self) -> list[dict[str, Any]]:
         """The rows of the next generation batch."""
         return [self.dataset[int(index)] for index in self.next_indices()]
+
+    def next_prompts(self, id_column: str | None) -> tuple[list[dict[str, Any]], list[str]]:
+        """The next generation batch's rows and their prompts' tracker keys."""
+        rows = self.next_batch()
+        return rows, keys_of(rows, id_column)
 
     def state_dict(self) -> dict[str, int]:
         return {"drawn": self.drawn, "prompts_per_batch": self.prompts_per_batch, "dataset_rows": len(self.dataset),
@@ -110,6 +129,19 @@ class DynamicSampling:
         self.pass_rates, self.history_counts = None, None
         self.kept: np.ndarray | None = None  # after the last round: the trained prompts, in the data's order
         self.varied_prompts = 0  # prompts whose rollouts differ, trained or not
+
+    @classmethod
+    def for_batch(cls, stream: PromptStream, prompts: list, keys: list, needed: int, args,
+                  weighted: Callable) -> "DynamicSampling":
+        """The rule of one training batch of `needed` prompts, by a config's settings, drawing from `stream`;
+        `weighted(rewards_per_func)` sums the rewards as the trainer does."""
+        def varied(rounds: GeneratedRounds) -> np.ndarray:
+            return rounds.mixed() if args.budget_dynamic_sampling_metric == "success" else varied_rewards(rounds,
+                                                                                                         weighted)
+
+        return cls(prompts, keys, lambda: stream.next_prompts(args.prompt_id_column), varied, needed,
+                   args.num_generations, args.budget_dynamic_sampling_max_gen_batches,
+                   args.budget_dynamic_sampling_metric)
 
     def next_round(self, rounds: GeneratedRounds) -> np.ndarray | None:
         if len(rounds) == 0:

@@ -70,22 +70,20 @@ class BudgetMetrics:
         self.history["rollouts_per_prompt"].extend(plan.counts[trained].tolist())
         self.history["pass_rates"].extend(plan.pass_rates[~np.isnan(plan.pass_rates)].tolist())
 
-    def record_rounds(self, rule, rounds, trained_counts: np.ndarray) -> None:
+    def record_rounds(self, rule, rounds, trained_counts: np.ndarray, prompt_stream=None) -> None:
         """In every mode: the rounds the batch took (one engine request each), the rollouts generated and trained, the
         prompts generated; with rounds until mixed or Reinforce-Ada, the share of prompts still active after each
-        round; with dynamic sampling, the prompts whose rollouts differ."""
+        round; with dynamic sampling (`prompt_stream`), the prompts whose rollouts differ and the passes over the
+        data."""
         self.metrics["budget/rounds"].append(float(len(rounds)))
         for index, share in enumerate(getattr(rule, "active_after_round", ()), start=1):
             self.metrics[f"budget/active_after_round_{index}"].append(share)
         self.metrics["budget/generated_rollouts"].append(float(rounds.counts.sum()))
         self.metrics["budget/trained_rollouts"].append(float(trained_counts.sum()))
         self.metrics["budget/generated_prompts"].append(float(rounds.num_prompts))
-        if hasattr(rule, "varied_prompts"):  # dynamic sampling: prompts whose rollouts differ, trained or not
+        if prompt_stream is not None:  # dynamic sampling: prompts whose rollouts differ, passes over the data begun
             self.metrics["budget/varied_prompts"].append(float(rule.varied_prompts))
-
-    def record_data_passes(self, passes: int) -> None:
-        """Dynamic sampling: passes over the training data begun by the prompt stream."""
-        self.metrics["budget/data_passes"].append(float(passes))
+            self.metrics["budget/data_passes"].append(float(prompt_stream.passes))
 
     @staticmethod
     def log_prompt_rollouts(extra_columns, generated_counts: np.ndarray, generated_slot_order: np.ndarray) -> None:

@@ -7,8 +7,9 @@ from typing import Any
 
 from .checks import is_missing
 from .prior import column_of_rows
+from .tracker import prompt_key
 
-__all__ = ["IMAGE_COLUMNS", "check_repeated_layout", "has_images", "missing_id_error", "prompt_identity"]
+__all__ = ["IMAGE_COLUMNS", "check_repeated_layout", "has_images", "keys_of", "missing_id_error", "prompt_identity"]
 
 IMAGE_COLUMNS = ("images", "image")  # where TRL reads a prompt's images from
 
@@ -28,6 +29,12 @@ def prompt_identity(row: dict[str, Any], id_column: str | None) -> Any:
     if is_missing(identity):
         raise missing_id_error(id_column, identity, f"for the prompt {row.get('prompt')!r}")
     return identity
+
+
+def keys_of(rows: list[dict[str, Any]], id_column: str | None) -> list[str]:
+    """The tracker's key of each row's prompt: a digest of its content, or its id in `id_column` as a string."""
+    identities = [prompt_identity(row, id_column) for row in rows]
+    return [prompt_key(identity) if id_column is None else str(identity) for identity in identities]
 
 
 def has_images(row: dict[str, Any]) -> bool:

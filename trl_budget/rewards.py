@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from accelerate.utils import gather_object
 from transformers.utils import logging
 from trl.trainer.utils import get_callable_name, get_config_model_id
 
@@ -67,6 +68,31 @@ class RewardReader:
         self.success_threshold, self.is_main_process = success_threshold, is_main_process
         self._extreme_batches = 0  # consecutive batches whose rollouts were all solved, or all failed
         self._warned_overflow = False
+
+    def scored(self, score, accelerator, prompts: list, functions: int) -> torch.Tensor:
+        """`score()`'s rewards of every process's rows (TRL's gathered `_calculate_rewards`), refused where infinite.
+
+        A reward function that raises on one process only would leave the others waiting in TRL's gather (its last
+        statement), and an exception handler reaching another collective would hang the run: the failing process
+        meets that gather with unscorable rows instead, and then every process raises the same error.
+        """
+        several = accelerator.num_processes > 1
+        failure = None
+        try:
+            gathered = score()
+        except Exception as error:  # noqa: BLE001 - re-raised below, on every rank
+            if not several:
+                raise
+            failure = f"{type(error).__name__}: {error}"
+            gathered = accelerator.gather(torch.full((len(prompts), functions), torch.nan, device=accelerator.device))
+        if several:
+            failed = [(rank, message) for rank, message in enumerate(gather_object([failure])) if message is not None]
+            if failed:
+                rank, message = failed[0]
+                raise RuntimeError(f"A reward function failed on process {rank}, so every process stops: {message}")
+        self.refuse_infinite(gathered, (lambda: gather_object(list(prompts))) if several else (lambda: list(prompts)),
+                             len(prompts))
+        return gathered
 
     def weighted(self, rewards_per_func: torch.Tensor) -> torch.Tensor:
         return weighted_rewards(rewards_per_func, self.weights)

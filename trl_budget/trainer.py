@@ -16,33 +16,32 @@ from __future__ import annotations
 
 import os
 import time
+from functools import partial
 from typing import Any
 
-import datasets
 import numpy as np
 import torch
 from accelerate.utils import broadcast_object_list, gather_object
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOConfig, GRPOTrainer
 
-from .advantages import (advantages_against_all_rollouts, advantages_against_moments, grouped_advantages,
-                         prompt_loss_weights)
+from .advantages import advantages_against_baseline, grouped_advantages, prompt_loss_weights
 from .allocators import Allocator
 from .allocators.token_cap import TokenCappedAllocator
 from .allocators.uniform import UniformAllocator
-from .checkpoint import restore_stream, restore_tracker, resume_point, save_stream, save_tracker
-from .config import TRACKER_FIELDS, BudgetGRPOConfig
-from .dynamic_sampling import DynamicSampling, PromptStream, varied_rewards
+from .checkpoint import restore_budget_state, resume_point, save_budget_state
+from .config import BudgetGRPOConfig
+from .dynamic_sampling import DynamicSampling, PromptStream
 from .metrics import BudgetMetrics, relog_advantages
 from .prior import BUDGET_COLUMN_SETTINGS, history_pass_rates
 from .probe import fresh_pass_rates
-from .prompts import check_repeated_layout, has_images, prompt_identity
+from .prompts import check_repeated_layout, has_images, keys_of
 from .rewards import RewardReader, reward_func_name, success_reward_index
 from .rollout_plan import RolloutPlan, balanced_slot_order, checked_allocation, decided_on_main_process
 from .round_rules import OneShot, ProbeThenAllocate, UntilMixed, top_up
 from .rounds import GeneratedRounds
 from .setup_checks import check_before_building, check_prompt_id_column, refuse_images_in_rounds
-from .tracker import CapabilityTracker, prompt_key
+from .tracker import CapabilityTracker
 
 __all__ = ["BudgetGRPOTrainer", "TokenCappedAllocator", "check_prompt_id_column", "grouped_advantages",
            "reward_func_name", "success_reward_index"]
@@ -74,11 +73,7 @@ class BudgetGRPOTrainer(GRPOTrainer):
         tracker: CapabilityTracker | None = None,
         **kwargs,
     ):
-        if args is None:
-            model_name = model if isinstance(model, str) else model.config._name_or_path
-            args = BudgetGRPOConfig(f"{str(model_name).split('/')[-1]}-BudgetGRPO")
-        elif not isinstance(args, BudgetGRPOConfig):
-            args = BudgetGRPOConfig.from_grpo_config(args)
+        args = BudgetGRPOConfig.for_trainer(args, model)
         self.allocator = allocator if allocator is not None else args.make_allocator()
         self.tracker = tracker if tracker is not None else args.make_tracker()
         train_dataset = kwargs.get("train_dataset", positional[0] if positional else None)
@@ -95,16 +90,7 @@ class BudgetGRPOTrainer(GRPOTrainer):
         self.rewards = RewardReader(self.reward_weights, self.reward_func_names, success_index,
                                     self.tracker.success_threshold, self.accelerator.is_main_process)
         self.budget_metrics = BudgetMetrics(self._metrics["train"], self.accelerator.is_main_process)
-        self.prompt_stream = self._prompt_stream() if args.budget_dynamic_sampling else None
-
-    def _prompt_stream(self) -> PromptStream:
-        """Dynamic sampling's prompts: the training rows as TRL's dataloader would bring them (unused columns removed
-        where TRL removes them), in its sampler's order, `budget_dynamic_sampling_oversample` batches' worth at once."""
-        dataset = self.train_dataset
-        if isinstance(dataset, datasets.Dataset) and self.args.remove_unused_columns:
-            dataset = self._remove_unused_columns(dataset, description="training")
-        prompts = self.args.generation_batch_size // self.num_generations * self.args.budget_dynamic_sampling_oversample
-        return PromptStream(dataset, prompts, self.shuffle_dataset, self._layout_seed)
+        self.prompt_stream = PromptStream.for_trainer(self) if args.budget_dynamic_sampling else None
 
     def _set_signature_columns_if_needed(self):
         # TRL keeps only the prompt and image columns when remove_unused_columns=True; the columns the budget settings
@@ -125,7 +111,8 @@ class BudgetGRPOTrainer(GRPOTrainer):
             self._logs["extra"]["prompt_rollouts"].extend([self.num_generations_eval] * rows)
             return output
         started, self._allocation_seconds = time.perf_counter(), 0.0
-        prompts, keys = self._gather_prompts(inputs) if self.prompt_stream is None else self._drawn_prompts()
+        prompts, keys = (self._gather_prompts(inputs) if self.prompt_stream is None
+                         else self.prompt_stream.next_prompts(self.args.prompt_id_column))
         history_rates, from_prior, groups = history_pass_rates(self.tracker, prompts, keys, self.args)
         failure_rate = self.tracker.failure_rate
         rule = self._round_rule(prompts, keys, history_rates, len(inputs) * self.accelerator.num_processes,
@@ -165,9 +152,7 @@ class BudgetGRPOTrainer(GRPOTrainer):
         self.budget_metrics.record_batch(plan, rewards, advantages, from_prior,
                                          self._last_token_cap if self.args.budget_token_cap is not None else None,
                                          self.allocator)
-        self.budget_metrics.record_rounds(rule, rounds, trained.counts)
-        if self.prompt_stream is not None:
-            self.budget_metrics.record_data_passes(self.prompt_stream.passes)
+        self.budget_metrics.record_rounds(rule, rounds, trained.counts, self.prompt_stream)
         self.budget_metrics.log_prompt_rollouts(self._logs["extra"], rounds.counts, rounds.slot_order())
         self.budget_metrics.record_allocation_time(self._allocation_seconds, time.perf_counter() - started,
                                                    self.allocator)
@@ -213,21 +198,10 @@ class BudgetGRPOTrainer(GRPOTrainer):
 
     def _advantages(self, keys: list[str], rounds: GeneratedRounds, trained, rewards: torch.Tensor,
                     generated_rewards: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The trained rows' advantages against the chosen baseline: GRPO's over each prompt's trained rows, or the
-        weighted rewards of all its rollouts of the batch (`generated_rewards`, in plan order), or its reward history
-        pooled with them; `rewards` are the trained rows' weighted rewards."""
-        scale = self.scale_rewards != "none"
-        if self.advantage_baseline == "all_rollouts":
-            return advantages_against_all_rollouts(rewards, trained.counts, generated_rewards, rounds.counts,
-                                                   scale=scale)
-        if self.advantage_baseline == "history":
-            names, *moments = self.tracker.reward_moments_after(np.repeat(keys, rounds.counts),
-                                                                generated_rewards.cpu().numpy())
-            of_prompt = [names.index(key) for key in keys]  # a prompt sampled twice in a batch: one history
-            return advantages_against_moments(rewards, trained.counts, *(moment[of_prompt] for moment in moments),
-                                              scale=scale)
-        return grouped_advantages(trained.rewards, torch.as_tensor(trained.counts, device=trained.rewards.device),
-                                  self.reward_weights, self.scale_rewards, self.multi_objective_aggregation)
+        """The trained rows' advantages against the chosen baseline (`advantages_against_baseline`)."""
+        return advantages_against_baseline(self.advantage_baseline, trained.rewards, trained.counts, rewards,
+                                           generated_rewards, rounds.counts, keys, self.tracker, self.reward_weights,
+                                           self.scale_rewards, self.multi_objective_aggregation)
 
     def _round_rule(self, prompts: list[dict[str, Any]], keys: list[str], history_rates: np.ndarray, budget: int,
                     failure_rate):
@@ -235,9 +209,8 @@ class BudgetGRPOTrainer(GRPOTrainer):
         (both releases)."""
         args = self.args
         if self.prompt_stream is not None:
-            return DynamicSampling(prompts, keys, self._drawn_prompts, self._varied, budget // self.num_generations,
-                                   self.num_generations, args.budget_dynamic_sampling_max_gen_batches,
-                                   args.budget_dynamic_sampling_metric)
+            return DynamicSampling.for_batch(self.prompt_stream, prompts, keys, budget // self.num_generations, args,
+                                             self.rewards.weighted)
 
         def fresh_rates(wins, trials):
             return fresh_pass_rates(*self.tracker.evidence(keys), wins, trials, args.budget_probe_history_weight,
@@ -298,27 +271,10 @@ class BudgetGRPOTrainer(GRPOTrainer):
         return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, has_tool_images)
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
-        # Keeps the gathered rewards so that advantages can be recomputed over variable-size groups. A reward function
-        # that raises on one process only would leave the others waiting in TRL's gather (its last statement), and an
-        # exception handler reaching another collective would hang the run: the failing process meets that gather
-        # with unscorable rows instead, and then every process raises the same error.
-        failure = None
-        try:
-            self._gathered_rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-        except Exception as error:  # noqa: BLE001 - re-raised below, on every rank
-            if self.accelerator.num_processes == 1:
-                raise
-            failure = f"{type(error).__name__}: {error}"
-            unscorable = torch.full((len(prompts), len(self.reward_funcs)), torch.nan, device=self.accelerator.device)
-            self._gathered_rewards = self.accelerator.gather(unscorable)
-        if self.accelerator.num_processes > 1:
-            failed = [(rank, message) for rank, message in enumerate(gather_object([failure])) if message is not None]
-            if failed:
-                rank, message = failed[0]
-                raise RuntimeError(f"A reward function failed on process {rank}, so every process stops: {message}")
-        every_prompt = (lambda: gather_object(list(prompts))) if self.accelerator.num_processes > 1 else (
-            lambda: list(prompts))
-        self.rewards.refuse_infinite(self._gathered_rewards, every_prompt, len(prompts))
+        # Keeps the gathered rewards so that advantages can be recomputed over variable-size groups; a failure on one
+        # process stops every process, and rewards it cannot train on are refused (`RewardReader.scored`).
+        score = partial(super()._calculate_rewards, inputs, prompts, completions, completion_ids_list)
+        self._gathered_rewards = self.rewards.scored(score, self.accelerator, prompts, len(self.reward_funcs))
         return self._gathered_rewards
 
     # ----------------------------------------------------------------------------------------- the allocation
@@ -326,47 +282,28 @@ class BudgetGRPOTrainer(GRPOTrainer):
     def _gather_prompts(self, inputs: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
         """The batch's distinct prompts, from all processes, and their keys."""
         all_rows = gather_object(inputs)
-        group = self.num_generations
-        prompts = all_rows[::group]
-        identities = [prompt_identity(row, self.args.prompt_id_column) for row in prompts]
-        check_repeated_layout(all_rows, group, self.args.prompt_id_column or "prompt")
-        return prompts, [self._key_of(identity) for identity in identities]
-
-    def _drawn_prompts(self) -> tuple[list[dict[str, Any]], list[str]]:
-        """Dynamic sampling: the next generation batch's prompts from the stream (the same on every process)."""
-        prompts = self.prompt_stream.next_batch()
-        return prompts, [self._prompt_key(row) for row in prompts]
-
-    def _varied(self, rounds: GeneratedRounds) -> np.ndarray:
-        """Dynamic sampling's filter: the prompts whose rollouts differ on `budget_dynamic_sampling_metric`."""
-        if self.args.budget_dynamic_sampling_metric == "success":
-            return rounds.mixed()
-        return varied_rewards(rounds, self.rewards.weighted)
+        check_repeated_layout(all_rows, self.num_generations, self.args.prompt_id_column or "prompt")
+        prompts = all_rows[:: self.num_generations]
+        return prompts, keys_of(prompts, self.args.prompt_id_column)
 
     def _prompt_key(self, row: dict[str, Any]) -> str:
-        return self._key_of(prompt_identity(row, self.args.prompt_id_column))
-
-    def _key_of(self, identity: Any) -> str:
-        return prompt_key(identity) if self.args.prompt_id_column is None else str(identity)
+        return keys_of([row], self.args.prompt_id_column)[0]
 
     def _allocate(self, keys: list[str], pass_rates: np.ndarray, budget: int, failure_rate, history_rates=None):
         """The main process's allocation, on every process; with `history_rates`, also the allocation they give."""
         bounds = (self.args.min_generations, self.args.max_generations)
 
         def decide():
-            allocator = self.allocator if self.args.budget_token_cap is None else self._token_capped(keys)
+            allocator = self.allocator
+            if self.args.budget_token_cap is not None:  # kept for the batch's logs
+                allocator = self._last_token_cap = TokenCappedAllocator.for_expected_lengths(
+                    self.allocator, self.tracker.expected_lengths(keys), self.args.budget_token_cap)
             counts = checked_allocation(allocator, pass_rates, budget, failure_rate, bounds)
             if history_rates is None:
                 return counts, None
             return counts, checked_allocation(allocator, history_rates, budget, failure_rate, bounds)  # for the logs
 
         return self._on_main_process("Rollout allocation", decide)
-
-    def _token_capped(self, keys: list[str]) -> TokenCappedAllocator:
-        """The allocator under `budget_token_cap`, kept for the batch's logs."""
-        self._last_token_cap = TokenCappedAllocator.for_expected_lengths(
-            self.allocator, self.tracker.expected_lengths(keys), self.args.budget_token_cap)
-        return self._last_token_cap
 
     def _on_main_process(self, what: str, decide):
         """`decide()` on the main process, its result on every process, timed as allocation time."""
@@ -398,17 +335,14 @@ class BudgetGRPOTrainer(GRPOTrainer):
         return super().train(resume_from_checkpoint=resume_from_checkpoint, trial=trial, **kwargs)
 
     def _save_checkpoint(self, model, trial):
-        if self.args.should_save:  # the tracker's file first: no checkpoint is ever pushed or kept without it
+        if self.args.should_save:  # the budget's files first: no checkpoint is ever pushed or kept without them
             folder = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
-            save_tracker(os.path.join(self._get_output_dir(trial=trial), folder), self.tracker)
-            if self.prompt_stream is not None:
-                save_stream(os.path.join(self._get_output_dir(trial=trial), folder), self.prompt_stream)
+            save_budget_state(os.path.join(self._get_output_dir(trial=trial), folder), self.tracker,
+                              self.prompt_stream)
         super()._save_checkpoint(model, trial)
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         # Restores the tracker with the optimizer, the hook TRL itself uses for its own controller state on resume.
         super()._load_optimizer_and_scheduler(checkpoint)
         if checkpoint is not None:
-            restore_tracker(checkpoint, self.tracker, TRACKER_FIELDS, self.args.budget_allocator)
-            if self.prompt_stream is not None:
-                restore_stream(checkpoint, self.prompt_stream)
+            restore_budget_state(checkpoint, self.tracker, self.prompt_stream, self.args.budget_allocator)
