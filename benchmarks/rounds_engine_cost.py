@@ -20,7 +20,10 @@ request per round) and colocate (an in-process engine, one `generate` call per r
   2 000 (`max_completion_length`): a median near 200 and a tail to the cap. Colocate mode also records, engine step by
   engine step, how many sequences were decoding, and reports the share of the engine's time spent with fewer than an
   eighth of a batch's rollouts (64 of 512) in flight: the time a round barrier leaves the engine nearly idle. Also
-  timed there: `dynamic-sampling` (uniform n = 8 with DAPO's dynamic sampling, on the success outcome, no cap).
+  timed there: `dynamic-sampling` (uniform n = 8 with DAPO's dynamic sampling, on the success outcome, no cap). The
+  model's lengths are the benchmark's, so it is not updated (the updates are skipped), and a batch's 8 micro-batches
+  make one update, so that no old log-probabilities are computed on the CPU: a timed batch is the engine's
+  generation, the scoring and the rule's work.
 - Timed: each generation batch's `_generate_and_score_completions` (every round's generation, scoring, the rule's
   decisions, merging, advantages). The updates are not timed. Arms alternate (repeats in opposite orders), and each
   batch's time is compared with uniform n = 8's batch of the same index and repeat: the ratio is taken side by side.
@@ -126,11 +129,22 @@ class EngineSteps:
         return float(steps[steps[:, 1] < LOW_OCCUPANCY * capacity, 0].sum() / steps[:, 0].sum())
 
 
-def timed_trainer_class():
+def timed_trainer_class(frozen: bool = False):
+    """The trainer, timing each generation batch; `frozen`: its updates are skipped (the model stays as built)."""
+    import torch
+
     from trl_budget import BudgetGRPOTrainer
 
     class Timed(BudgetGRPOTrainer):
         batches: list[dict] = []
+
+        def training_step(self, model, inputs, num_items_in_batch=None):
+            if frozen:  # what the batch cost to generate is measured; an update would only take time
+                model.train()  # as the Trainer's own step: generation follows the training path
+                self._prepare_inputs(inputs)  # where TRL generates a batch when one is due
+                self._step += 1  # as GRPOTrainer.training_step counts its micro-steps
+                return torch.zeros((), device=self.accelerator.device)
+            return super().training_step(model, inputs, num_items_in_batch)
 
         def _generate_and_score_completions(self, inputs):
             if not self.model.training:
@@ -166,13 +180,19 @@ def train_arm(label: str, mode: str, model: Path, outcomes: np.ndarray, batches:
     engine = ({"vllm_mode": "server", "vllm_server_host": "127.0.0.1", "vllm_server_port": port} if mode == "server"
               else {"vllm_mode": "colocate", "vllm_gpu_memory_utilization": 0.1,
                     "vllm_max_model_length": completion_cap(lengths) + 48})
+    # At real lengths the model stays as built (its lengths are the benchmark's), so its updates are skipped; the
+    # batch's micro-batches are accumulated into one update, so that TRL computes no old log-probabilities (a CPU
+    # forward pass over every 2 000-token row) and the timed batch is generation, scoring and the rule's work.
+    real = lengths == "real"
+    shape = ({"gradient_accumulation_steps": UPDATES_PER_BATCH, "max_steps": batches,
+              "vllm_importance_sampling_correction": False} if real else {"max_steps": batches * UPDATES_PER_BATCH})
     args = BudgetGRPOConfig(
         output_dir=tempfile.mkdtemp(), use_cpu=True, report_to=[], save_strategy="no", logging_steps=1,
         use_vllm=True, **engine, per_device_train_batch_size=rows_per_update, steps_per_generation=UPDATES_PER_BATCH,
         num_generations=num_generations, min_generations=2, max_generations=most,
         max_completion_length=completion_cap(lengths), temperature=1.0, learning_rate=1e-4,
-        prompt_id_column="index", max_steps=batches * UPDATES_PER_BATCH, seed=seed, **options)
-    trainer_class = timed_trainer_class()
+        prompt_id_column="index", seed=seed, **shape, **options)
+    trainer_class = timed_trainer_class(frozen=real)
     trainer_class.batches = []
     trainer = trainer_class(model=str(model), reward_funcs=ReplayedOutcomes(outcomes, seed), args=args,
                             train_dataset=batch_dataset(batches, outcomes, seed, lengths), processing_class=None)

@@ -1,55 +1,70 @@
 """Build the warm start that ships with the package, and record what it is.
 
-    python -m trl_budget.demo.build_warm_start
+    python -m trl_budget.demo.build_warm_start                  # arithmetic: trl_budget/demo/warm_start/
+    python -m trl_budget.demo.build_warm_start --task sorting   # trl_budget/demo/warm_start_sorting/
 
-Trains the tiny model with the default `WarmStartSettings` (as `warm_start(rebuild=True)` does), copies it into
-`trl_budget/demo/warm_start/`, and writes `warm_start.json` there: the settings' fingerprint, the weights' SHA-256 (the
-demo refuses a shipped model that does not match it), and its greedy held-out accuracy on the allocation study's
-held-out problems, overall and per level (a test checks the shipped model still scores exactly that).
+Trains the tiny model with the default `WarmStartSettings` (as `warm_start(rebuild=True)` does), copies it into the
+task's shipped folder, and writes `warm_start.json` there: the settings' fingerprint, the weights' SHA-256 (a shipped
+model that does not match it is refused), and its greedy held-out accuracy on held-out problems of every level (for
+arithmetic the allocation study's), overall and per level (a test checks the shipped model still scores exactly that).
 """
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import shutil
 import tempfile
 from pathlib import Path
 
-from .run import SHIPPED_RECORD, SHIPPED_WARM_START, exact_match_accuracy, warm_start
+from .run import SHIPPED_RECORD, exact_match_accuracy, shipped_folder, warm_start
 from .settings import RLSettings, WarmStartSettings
-from .task import split_problems
+from .task import ARITHMETIC, Task, split_problems, task_named
 
 SHIPPED_FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
                  "tokenizer_config.json")
 
 
-def greedy_held_out_accuracy(model_path: Path) -> dict[str, float]:
-    """Greedy exact-match accuracy on the allocation study's held-out problems, overall and per level."""
+def held_out_problems(task: Task) -> list[dict]:
+    """The problems a shipped warm start is scored on: the allocation study's held-out set for arithmetic, 600 of
+    every level but the first (whose few distinct problems the training pool holds) for the others."""
+    if task == ARITHMETIC:
+        settings = RLSettings.pool()
+        return split_problems(settings.train_prompts, settings.eval_prompts, settings.data_seed, settings.levels)[1]
+    levels = tuple(range(1, len(task.levels)))
+    return split_problems(0, 100 * len(levels), 0, levels, task)[1]
+
+
+def greedy_held_out_accuracy(model_path: Path, task: Task = ARITHMETIC) -> dict[str, float]:
+    """Greedy exact-match accuracy on `held_out_problems(task)`, overall and per level."""
     from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 
-    settings = RLSettings.pool()
-    _, held_out = split_problems(settings.train_prompts, settings.eval_prompts, settings.data_seed, settings.levels)
     model = AutoModelForCausalLM.from_pretrained(model_path)
     tokenizer = PreTrainedTokenizerFast.from_pretrained(model_path)
-    return exact_match_accuracy(model, tokenizer, held_out)
+    return exact_match_accuracy(model, tokenizer, held_out_problems(task), task=task)
 
 
-def main() -> None:
-    settings = WarmStartSettings()
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--task", default=ARITHMETIC.name, help="the built-in task (arithmetic, sorting)")
+    task = task_named(parser.parse_args(argv).task)
+    settings, folder = WarmStartSettings(), shipped_folder(task)
     with tempfile.TemporaryDirectory() as cache:
-        built = warm_start(settings, Path(cache), rebuild=True)
-        SHIPPED_WARM_START.mkdir(exist_ok=True)
+        built = warm_start(settings, Path(cache), rebuild=True, task=task)
+        folder.mkdir(exist_ok=True)
         for name in SHIPPED_FILES:
-            shutil.copyfile(built / name, SHIPPED_WARM_START / name)
+            shutil.copyfile(built / name, folder / name)
     record = {
         "settings": {name: getattr(settings, name) for name in settings.__dataclass_fields__},
         "settings_fingerprint": settings.fingerprint(),
-        "weights_sha256": hashlib.sha256((SHIPPED_WARM_START / "model.safetensors").read_bytes()).hexdigest(),
-        "greedy_held_out_accuracy": greedy_held_out_accuracy(SHIPPED_WARM_START),
-        "rebuild": "python -m trl_budget.demo.build_warm_start",
+        "weights_sha256": hashlib.sha256((folder / "model.safetensors").read_bytes()).hexdigest(),
+        "greedy_held_out_accuracy": greedy_held_out_accuracy(folder, task),
+        "rebuild": "python -m trl_budget.demo.build_warm_start" + ("" if task == ARITHMETIC else f" --task {task.name}"),
     }
-    (SHIPPED_WARM_START / SHIPPED_RECORD).write_text(json.dumps(record, indent=2) + "\n")
+    if task != ARITHMETIC:
+        record["task"] = task.name
+    (folder / SHIPPED_RECORD).write_text(json.dumps(record, indent=2) + "\n")
     print(json.dumps(record, indent=2))
 
 

@@ -25,10 +25,9 @@ from transformers.utils import logging as hf_logging
 from ..config import BudgetGRPOConfig
 from ..trainer import BudgetGRPOTrainer
 from .settings import RLSettings, WarmStartSettings
-from .task import ALPHABET, exact_match_reward, make_problems, split_problems
+from .task import ARITHMETIC, Task, exact_match_reward, split_problems
 from .tiny import build_char_tokenizer, build_tiny_model
 
-MAX_ANSWER_TOKENS = 5  # the longest answer (3 + 3 digits: 4 digits) and the end-of-sequence token
 
 
 def default_cache_dir() -> Path:
@@ -45,37 +44,45 @@ SHIPPED_WARM_START = Path(__file__).with_name("warm_start")
 SHIPPED_RECORD = "warm_start.json"
 
 
-def shipped_warm_start() -> Path | None:
-    """The shipped warm start, if present and intact (its weights' digest as recorded when it was built)."""
-    record_path = SHIPPED_WARM_START / SHIPPED_RECORD
+def shipped_folder(task: Task = ARITHMETIC) -> Path:
+    """Where the task's warm start ships: `warm_start/` for arithmetic, `warm_start_<task>/` for the others."""
+    return SHIPPED_WARM_START if task == ARITHMETIC else SHIPPED_WARM_START.with_name(f"warm_start_{task.name}")
+
+
+def shipped_warm_start(task: Task = ARITHMETIC) -> Path | None:
+    """The task's shipped warm start, if present and intact (its weights' digest as recorded when it was built)."""
+    folder = shipped_folder(task)
+    record_path = folder / SHIPPED_RECORD
     if not record_path.exists():
         return None
     record = json.loads(record_path.read_text())
-    digest = hashlib.sha256((SHIPPED_WARM_START / "model.safetensors").read_bytes()).hexdigest()
+    digest = hashlib.sha256((folder / "model.safetensors").read_bytes()).hexdigest()
     if record["settings_fingerprint"] != WarmStartSettings().fingerprint() or record["weights_sha256"] != digest:
         raise RuntimeError(
-            f"The shipped warm start in {SHIPPED_WARM_START} does not match its record ({record_path}): its weights "
-            "or the default warm-start settings changed. Rebuild it with `python -m trl_budget.demo.build_warm_start`."
+            f"The shipped warm start in {folder} does not match its record ({record_path}): its weights or the default "
+            "warm-start settings changed. Rebuild it with `python -m trl_budget.demo.build_warm_start"
+            f"{'' if task == ARITHMETIC else ' --task ' + task.name}`."
         )
-    return SHIPPED_WARM_START
+    return folder
 
 
 def warm_start(settings: WarmStartSettings = WarmStartSettings(), cache_dir: Path | None = None,
-               rebuild: bool = False) -> Path:
-    """Path of the warm-started model: the shipped one for the default settings, else trained once and cached under
-    `cache_dir` (keyed by the settings); `rebuild` trains it again even then.
+               rebuild: bool = False, task: Task = ARITHMETIC) -> Path:
+    """Path of the task's warm-started model: the shipped one for the default settings, else trained once and cached
+    under `cache_dir` (keyed by the task and the settings); `rebuild` trains it again even then.
 
     The model is written to a staging folder and renamed into place when complete, so an interrupted run never leaves a
     half-written cache behind.
     """
-    if settings == WarmStartSettings() and not rebuild and (shipped := shipped_warm_start()) is not None:
+    if settings == WarmStartSettings() and not rebuild and (shipped := shipped_warm_start(task)) is not None:
         return shipped
-    path = Path(cache_dir or default_cache_dir()) / f"warm-start-{settings.fingerprint()}"
+    named = "" if task == ARITHMETIC else f"{task.name}-"
+    path = Path(cache_dir or default_cache_dir()) / f"warm-start-{named}{settings.fingerprint()}"
     if (path / "config.json").exists() and not rebuild:
         return path
-    tokenizer = build_char_tokenizer(ALPHABET)
+    tokenizer = build_char_tokenizer(task.alphabet)
     model = build_tiny_model(tokenizer, settings.hidden_size, settings.num_layers, seed=settings.seed)
-    _train_supervised(model, tokenizer, settings)
+    _train_supervised(model, tokenizer, settings, task)
     staging = path.with_name(path.name + ".tmp")
     model.save_pretrained(staging)
     tokenizer.save_pretrained(staging)
@@ -85,9 +92,9 @@ def warm_start(settings: WarmStartSettings = WarmStartSettings(), cache_dir: Pat
     return path
 
 
-def _train_supervised(model, tokenizer, settings: WarmStartSettings) -> None:
+def _train_supervised(model, tokenizer, settings: WarmStartSettings, task: Task) -> None:
     torch.manual_seed(settings.seed)
-    problems = make_problems(20_000, seed=settings.seed + 1_000)
+    problems = task.make_problems(20_000, seed=settings.seed + 1_000)
     if settings.label_noise:
         problems = _with_wrong_answers(problems, settings.label_noise, np.random.default_rng(settings.seed + 2_000))
     optimizer = torch.optim.AdamW(model.parameters(), lr=settings.learning_rate, weight_decay=0.0)
@@ -133,9 +140,9 @@ def _supervised_batch(tokenizer, problems: list[dict]) -> tuple[torch.Tensor, to
 
 @torch.no_grad()
 def exact_match_accuracy(model, tokenizer, problems: list[dict], samples: int = 0, temperature: float = 1.0,
-                         batch_size: int = 256, seed: int = 0) -> dict[str, float]:
+                         batch_size: int = 256, seed: int = 0, task: Task = ARITHMETIC) -> dict[str, float]:
     """Exact-match accuracy, overall and per difficulty level: greedy, or mean over `samples` sampled answers."""
-    correct = solve_rates(model, tokenizer, problems, samples, temperature, batch_size, seed)
+    correct = solve_rates(model, tokenizer, problems, samples, temperature, batch_size, seed, task)
     levels = np.array([p["level"] for p in problems])
     result = {"accuracy": float(correct.mean())}
     for level in sorted(set(levels.tolist())):
@@ -144,13 +151,13 @@ def exact_match_accuracy(model, tokenizer, problems: list[dict], samples: int = 
 
 
 def solve_rates(model, tokenizer, problems: list[dict], samples: int = 0, temperature: float = 1.0,
-                batch_size: int = 256, seed: int = 0) -> np.ndarray:
+                batch_size: int = 256, seed: int = 0, task: Task = ARITHMETIC) -> np.ndarray:
     """Each problem's exact-match rate: greedy (0 or 1), or the mean over `samples` sampled answers."""
-    return answer_outcomes(model, tokenizer, problems, samples, temperature, batch_size, seed).mean(axis=1)
+    return answer_outcomes(model, tokenizer, problems, samples, temperature, batch_size, seed, task).mean(axis=1)
 
 
 def answer_outcomes(model, tokenizer, problems: list[dict], samples: int = 0, temperature: float = 1.0,
-                    batch_size: int = 256, seed: int = 0) -> np.ndarray:
+                    batch_size: int = 256, seed: int = 0, task: Task = ARITHMETIC) -> np.ndarray:
     """`(problems, max(samples, 1))` exact-match outcomes (0.0 or 1.0): the greedy answer, or `samples` sampled ones
     in the order drawn."""
     was_training = model.training
@@ -164,8 +171,9 @@ def answer_outcomes(model, tokenizer, problems: list[dict], samples: int = 0, te
         for start in range(0, len(problems), batch_size):
             batch = problems[start : start + batch_size]
             encoded = tokenizer([p["prompt"] for p in batch], return_tensors="pt", padding=True)
-            output = model.generate(**encoded, max_new_tokens=MAX_ANSWER_TOKENS, pad_token_id=tokenizer.pad_token_id,
-                                    eos_token_id=tokenizer.eos_token_id, **sampling)
+            output = model.generate(**encoded, max_new_tokens=task.max_answer_tokens,
+                                    pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+                                    **sampling)
             texts = tokenizer.batch_decode(output[:, encoded["input_ids"].shape[1] :], skip_special_tokens=True)
             answers = [p["answer"] for p in batch for _ in range(repeats)]
             correct += np.reshape(exact_match_reward(texts, answers), (len(batch), repeats)).tolist()
@@ -183,8 +191,8 @@ class _ProgressBarOnly(ProgressCallback):
 class _Recorder(TrainerCallback):
     """Held-out accuracy every few steps and the allocation at a few steps."""
 
-    def __init__(self, settings: RLSettings, tokenizer, train: list[dict], held_out: list[dict]):
-        self.settings, self.tokenizer, self.train, self.held_out = settings, tokenizer, train, held_out
+    def __init__(self, settings: RLSettings, tokenizer, train: list[dict], held_out: list[dict], task: Task):
+        self.settings, self.tokenizer, self.train, self.held_out, self.task = settings, tokenizer, train, held_out, task
         size = settings.train_eval_prompts or len(train)  # evenly spaced, so that every level is measured
         self.train_measured = train[:: max(1, len(train) // size)][:size]
         self.trainer = None
@@ -196,10 +204,10 @@ class _Recorder(TrainerCallback):
     def _evaluate(self, state, model):
         rollouts = state.global_step * self.settings.rollouts_per_step
         samples, temperature = self.settings.eval_samples, self.settings.temperature
-        train = exact_match_accuracy(model, self.tokenizer, self.train_measured, samples, temperature)
+        train = exact_match_accuracy(model, self.tokenizer, self.train_measured, samples, temperature, task=self.task)
         self.curve.append({"step": state.global_step, "rollouts": rollouts, "generated": self._generated,
-                           "train_accuracy": train["accuracy"],
-                           **exact_match_accuracy(model, self.tokenizer, self.held_out, samples, temperature)})
+                           "train_accuracy": train["accuracy"], **exact_match_accuracy(
+                               model, self.tokenizer, self.held_out, samples, temperature, task=self.task)})
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         self._evaluate(state, model)
@@ -219,8 +227,9 @@ class _Recorder(TrainerCallback):
 
 def run_rl(model_path: Path, allocator: str, seed: int, settings: RLSettings, output_dir: Path,
            show_progress: bool = True, label: str | None = None, prompt_priors: dict[str, float] | None = None,
-           **config_overrides) -> dict:
-    """Train the warm-started model with `allocator` and return its curves, under `label` (default: the allocator).
+           task: Task = ARITHMETIC, **config_overrides) -> dict:
+    """Train the warm-started model with `allocator` on `task` and return its curves, under `label` (default: the
+    allocator).
 
     `config_overrides` are further `BudgetGRPOConfig` settings (e.g. `knapsack_fallback=False`). Every training row
     has its `level`; with `prompt_priors` (prompt -> pass rate) also a `prior` column.
@@ -228,7 +237,8 @@ def run_rl(model_path: Path, allocator: str, seed: int, settings: RLSettings, ou
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
     tokenizer = PreTrainedTokenizerFast.from_pretrained(model_path)
-    train, held_out = split_problems(settings.train_prompts, settings.eval_prompts, settings.data_seed, settings.levels)
+    train, held_out = split_problems(settings.train_prompts, settings.eval_prompts, settings.data_seed, settings.levels,
+                                     task)
     args = BudgetGRPOConfig(
         output_dir=str(output_dir),
         per_device_train_batch_size=settings.rollouts_per_step,
@@ -237,7 +247,7 @@ def run_rl(model_path: Path, allocator: str, seed: int, settings: RLSettings, ou
         min_generations=settings.min_generations,
         max_generations=settings.max_generations,
         budget_allocator=allocator,
-        max_completion_length=MAX_ANSWER_TOKENS,
+        max_completion_length=task.max_answer_tokens,
         temperature=settings.temperature,
         learning_rate=settings.learning_rate,
         lr_scheduler_type=settings.lr_scheduler_type,
@@ -253,7 +263,7 @@ def run_rl(model_path: Path, allocator: str, seed: int, settings: RLSettings, ou
         **config_overrides,
     )
     model = AutoModelForCausalLM.from_pretrained(model_path)
-    recorder = _Recorder(settings, tokenizer, train, held_out)
+    recorder = _Recorder(settings, tokenizer, train, held_out, task)
     trainer = BudgetGRPOTrainer(
         model=model, reward_funcs=exact_match_reward, args=args,
         train_dataset=Dataset.from_list([

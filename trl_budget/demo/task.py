@@ -1,6 +1,10 @@
-"""The built-in verifiable task: arithmetic whose difficulty grows with digits and operations, exact-match reward."""
+"""The built-in verifiable tasks, each with difficulty levels and an exact-match reward: arithmetic (this module, the
+demo's and every study's so far) and sorting (`sorting.py`), chosen by name in `TASKS`."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -37,10 +41,25 @@ def make_problems(count: int, seed: int, levels: tuple[int, ...] | None = None) 
     return problems
 
 
-def split_problems(train_size: int, eval_size: int, seed: int,
-                   levels: tuple[int, ...] | None = None) -> tuple[list[dict], list[dict]]:
-    """Disjoint training and held-out sets with the same share of every level (no prompt in both)."""
-    pool = make_problems(8 * (train_size + eval_size), seed, levels)
+@dataclass(frozen=True)
+class Task:
+    """A verifiable task: its characters, its problems by level (`make_problems(count, seed, levels)`, each
+    `{"prompt", "answer", "level"}`), and the most tokens an answer takes, its end included."""
+
+    name: str
+    alphabet: str
+    levels: tuple
+    make_problems: Callable[..., list[dict]]
+    max_answer_tokens: int
+
+
+ARITHMETIC = Task("arithmetic", ALPHABET, LEVELS, make_problems, max_answer_tokens=5)  # 3 + 3 digits: 4, and the end
+
+
+def split_problems(train_size: int, eval_size: int, seed: int, levels: tuple[int, ...] | None = None,
+                   task: Task = ARITHMETIC) -> tuple[list[dict], list[dict]]:
+    """Disjoint training and held-out sets of `task` with the same share of every level (no prompt in both)."""
+    pool = task.make_problems(8 * (train_size + eval_size), seed, levels)
     by_level: dict[int, list[dict]] = {}
     for problem in {problem["prompt"]: problem for problem in pool}.values():
         by_level.setdefault(problem["level"], []).append(problem)
@@ -63,3 +82,13 @@ def split_problems(train_size: int, eval_size: int, seed: int,
 def exact_match_reward(completions: list[str], answer: list[str], **kwargs) -> list[float]:
     """1.0 when the completion is exactly the answer (surrounding spaces ignored), else 0.0."""
     return [float(completion.strip() == expected) for completion, expected in zip(completions, answer)]
+
+
+def task_named(name: str) -> Task:
+    """The built-in task called `name`."""
+    from .sorting import SORTING
+
+    tasks = {task.name: task for task in (ARITHMETIC, SORTING)}
+    if name not in tasks:
+        raise ValueError(f"task={name!r} is not a built-in task; choose one of {sorted(tasks)}.")
+    return tasks[name]

@@ -1,0 +1,30 @@
+"""The second built-in task: sort a string of digits, the answer exact. Its difficulty grows with the string's length,
+and it asks for another skill than arithmetic (comparing and ordering every digit, not carrying)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .task import Task
+
+ALPHABET = "0123456789:"
+
+# Each level: the digits to sort.
+LEVELS = (2, 3, 4, 5, 6, 7)
+
+
+def make_problems(count: int, seed: int, levels: tuple[int, ...] | None = None) -> list[dict]:
+    """`count` problems spread evenly over `levels` (default: all), each `{"prompt", "answer", "level"}`: the prompt
+    `40713:` asks for `01347`."""
+    rng = np.random.default_rng(seed)
+    levels = tuple(range(len(LEVELS))) if levels is None else levels
+    problems = []
+    for index in range(count):
+        level = levels[index % len(levels)]
+        digits = rng.integers(0, 10, LEVELS[level])
+        problems.append({"prompt": "".join(map(str, digits)) + ":", "answer": "".join(map(str, np.sort(digits))),
+                         "level": level})
+    return problems
+
+
+SORTING = Task("sorting", ALPHABET, LEVELS, make_problems, max_answer_tokens=max(LEVELS) + 1)
