@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +35,40 @@ def test_task_has_a_spread_of_levels_and_disjoint_splits():
     assert len(train) == 60 and len(held_out) == 30
     assert not {p["prompt"] for p in train} & {p["prompt"] for p in held_out}
     assert exact_match_reward([" 12", "13"], ["12", "12"]) == [1.0, 0.0]
+
+
+def test_the_sorting_task_asks_for_the_digits_in_order_level_by_level():
+    from trl_budget.demo.sorting import LEVELS as SORT_LEVELS
+    from trl_budget.demo.task import task_named
+
+    sorting = task_named("sorting")
+    problems = sorting.make_problems(60, seed=0)
+    assert {p["level"] for p in problems} == set(range(len(SORT_LEVELS)))
+    for problem in problems:
+        digits = problem["prompt"].removesuffix(":")
+        assert len(digits) == SORT_LEVELS[problem["level"]] and problem["answer"] == "".join(sorted(digits))
+    train, held_out = split_problems(60, 30, seed=0, levels=(2, 3, 4), task=sorting)
+    assert len(train) == 60 and len(held_out) == 30 and not {p["prompt"] for p in train} & {p["prompt"] for p in
+                                                                                              held_out}
+    assert max(len(p["answer"]) for p in problems) + 1 == sorting.max_answer_tokens  # the answer and its end
+    with pytest.raises(ValueError, match="task='reversal' is not a built-in task; choose one of"):
+        task_named("reversal")
+
+
+def test_the_demo_end_to_end_on_the_sorting_task(tmp_path):
+    # A warm start of the task's own alphabet and RL on its problems: the curves measure sorting.
+    from trl_budget.demo.run import run_rl, warm_start
+    from trl_budget.demo.settings import RLSettings, WarmStartSettings
+    from trl_budget.demo.task import task_named
+
+    sorting = task_named("sorting")
+    model = warm_start(WarmStartSettings(steps=30), tmp_path / "cache", task=sorting)
+    assert model.name.startswith("warm-start-sorting-")
+    settings = RLSettings(steps=4, prompts_per_step=4, train_prompts=16, eval_prompts=8, eval_every=2, eval_samples=0,
+                          levels=(1, 2), histogram_steps=(4,))
+    result = run_rl(model, "uniform", 0, settings, tmp_path / "run", show_progress=False, task=sorting)
+    assert [point["step"] for point in result["curve"]] == [0, 2, 4]
+    assert set(result["curve"][0]) >= {"accuracy", "level_1", "level_2", "train_accuracy"}
 
 
 def test_demo_end_to_end(tmp_path, capsys):
@@ -268,6 +303,21 @@ def test_the_shipped_warm_start_scores_what_its_record_and_the_readme_say():
     assert f"greedy held-out accuracy {measured['accuracy']:.3f}" in readme
 
 
+def test_the_shipped_sorting_warm_start_scores_what_its_record_says():
+    from trl_budget.demo.build_warm_start import greedy_held_out_accuracy
+    from trl_budget.demo.run import SHIPPED_RECORD, shipped_folder, shipped_warm_start, warm_start
+    from trl_budget.demo.settings import WarmStartSettings
+    from trl_budget.demo.task import task_named
+
+    sorting = task_named("sorting")
+    assert warm_start(WarmStartSettings(), task=sorting) == shipped_warm_start(sorting) == shipped_folder(sorting)
+    record = json.loads((shipped_folder(sorting) / SHIPPED_RECORD).read_text())
+    assert record["task"] == "sorting"
+    measured = greedy_held_out_accuracy(shipped_folder(sorting), sorting)
+    assert {name: round(value, 3) for name, value in measured.items()} == {
+        name: round(value, 3) for name, value in record["greedy_held_out_accuracy"].items()}
+
+
 def test_the_demo_and_the_study_start_where_the_readme_and_the_study_say():
     # The demo and the study evaluate on RLSettings.study()'s 1 000 held-out problems, greedily, from the shipped start.
     from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
@@ -333,3 +383,25 @@ def test_the_report_names_the_decoding_its_accuracy_was_measured_with(tmp_path, 
     plot_report([run], tmp_path / "greedy.png", eval_samples=0)
     plot_report([run], tmp_path / "sampled.png", eval_samples=4, temperature=1.0)
     assert labels == ["greedy exact-match accuracy", "exact-match accuracy (4 samples, T=1)"]
+
+
+def test_the_length_models_completions_have_the_lengths_of_their_class():
+    # The engine benchmark's model at real lengths: after the class letter, its filler, ended with probability
+    # 1 / mean at every step; lengths geometric with the class's mean (checked on 512 sampled completions each).
+    import torch
+    from length_model import CLASSES, FILLERS, build_length_model, class_means, class_of_pass_rate
+    from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
+
+    means = class_means(5, 40)
+    folder = build_length_model(Path(tempfile.mkdtemp()) / "model", means)
+    model, tokenizer = AutoModelForCausalLM.from_pretrained(folder), PreTrainedTokenizerFast.from_pretrained(folder)
+    torch.manual_seed(0)
+    for k in (0, len(CLASSES) - 1):
+        prompt = tokenizer([CLASSES[k]] * 512, return_tensors="pt")
+        output = model.generate(**prompt, do_sample=True, temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=400,
+                                pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+        texts = tokenizer.batch_decode(output[:, 1:], skip_special_tokens=True)
+        assert all(set(text) == {FILLERS[k]} for text in texts)
+        lengths = np.array([len(text) for text in texts]) + 1  # the end of the completion is a token too
+        assert abs(lengths.mean() - (means[k] + 1)) < 4 * means[k] / np.sqrt(512)  # geometric: SD about the mean
+    assert [class_of_pass_rate(rate) for rate in (1.0, 0.5, 0.0)] == [0, 4, 7]

@@ -94,7 +94,7 @@ def warm_start(settings: WarmStartSettings = WarmStartSettings(), cache_dir: Pat
 
 def _train_supervised(model, tokenizer, settings: WarmStartSettings, task: Task) -> None:
     torch.manual_seed(settings.seed)
-    problems = task.make_problems(20_000, seed=settings.seed + 1_000)
+    problems = task.make_problems(20_000, settings.seed + 1_000, task.warm_start_levels)
     if settings.label_noise:
         problems = _with_wrong_answers(problems, settings.label_noise, np.random.default_rng(settings.seed + 2_000))
     optimizer = torch.optim.AdamW(model.parameters(), lr=settings.learning_rate, weight_decay=0.0)

@@ -44,13 +44,15 @@ def make_problems(count: int, seed: int, levels: tuple[int, ...] | None = None) 
 @dataclass(frozen=True)
 class Task:
     """A verifiable task: its characters, its problems by level (`make_problems(count, seed, levels)`, each
-    `{"prompt", "answer", "level"}`), and the most tokens an answer takes, its end included."""
+    `{"prompt", "answer", "level"}`), the most tokens an answer takes, its end included, and the levels its supervised
+    warm start learns from (None: every level)."""
 
     name: str
     alphabet: str
     levels: tuple
     make_problems: Callable[..., list[dict]]
     max_answer_tokens: int
+    warm_start_levels: tuple[int, ...] | None = None
 
 
 ARITHMETIC = Task("arithmetic", ALPHABET, LEVELS, make_problems, max_answer_tokens=5)  # 3 + 3 digits: 4, and the end
