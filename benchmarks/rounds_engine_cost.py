@@ -60,6 +60,11 @@ ARMS_TIMED = ["uniform-n8", "rounds-uniform", "reinforce-ada-balanced", "reinfor
 PROMPTS_PER_BATCH, UPDATES_PER_BATCH = 64, 8
 DYNAMIC_SAMPLING = (8, 128, {"budget_allocator": "uniform", "budget_dynamic_sampling": True,
                              "budget_dynamic_sampling_metric": "success", "budget_dynamic_sampling_max_gen_batches": 0})
+# Arms beside the third study's: dynamic sampling, and rounds until mixed in few, large rounds (the coverage replay's
+# first 4, +4 a round, at most 16: about 4 rounds a batch).
+EXTRA_ARMS = {"dynamic-sampling": DYNAMIC_SAMPLING,
+              "rounds-uniform-large": (8, 16, {"budget_allocator": "uniform", "budget_first_round_generations": 4,
+                                               "budget_round_generations": 4})}
 REAL_LENGTHS = {"shortest": 100, "longest": 500, "cap": 2000}  # mean lengths by difficulty, and the cap
 LOW_OCCUPANCY = 1 / 8  # of a batch's rollouts in flight: below it, the engine is nearly idle
 
@@ -175,7 +180,7 @@ def train_arm(label: str, mode: str, model: Path, outcomes: np.ndarray, batches:
 
     from trl_budget import BudgetGRPOConfig
 
-    num_generations, most, options = {**ARMS, "dynamic-sampling": DYNAMIC_SAMPLING}[label]
+    num_generations, most, options = {**ARMS, **EXTRA_ARMS}[label]
     rows_per_update = PROMPTS_PER_BATCH * num_generations // UPDATES_PER_BATCH
     engine = ({"vllm_mode": "server", "vllm_server_host": "127.0.0.1", "vllm_server_port": port} if mode == "server"
               else {"vllm_mode": "colocate", "vllm_gpu_memory_utilization": 0.1,
@@ -224,7 +229,9 @@ def free_port() -> int:
 
 def run_mode(mode: str, model: Path, args) -> dict[str, list[list[dict]]]:
     """Every arm, `repeats` times, alternating orders; colocate runs each arm in a process of its own (one engine)."""
-    arms = ARMS_TIMED + (["dynamic-sampling"] if args.lengths == "real" and mode == "colocate" else [])
+    arms = args.arms or ARMS_TIMED + (["dynamic-sampling"] if args.lengths == "real" and mode == "colocate" else [])
+    if "uniform-n8" not in arms:  # every batch is compared with uniform n = 8's of the same index
+        arms = ["uniform-n8", *arms]
     times: dict[str, list[list[dict]]] = {label: [] for label in arms}
     outcomes = load_outcomes() if mode == "server" else None  # colocate arms load them in their own processes
     server, port = None, free_port()
@@ -307,6 +314,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2, help="runs of every arm, in alternating orders")
     parser.add_argument("--skip", type=int, default=1, help="first batches of every run left untimed (warm-up)")
     parser.add_argument("--modes", nargs="+", default=["server", "colocate"], choices=["server", "colocate"])
+    from rounds_study import ARMS
+
+    parser.add_argument("--arms", nargs="+", choices=[*ARMS, *EXTRA_ARMS],
+                        help="the arms to time (uniform-n8 always); default: the third study's rounds arms")
     parser.add_argument("--lengths", choices=["copy", "real"], default="copy",
                         help="completions of the copy task (at most 8 tokens), or reasoning-like lengths")
     parser.add_argument("--output", type=Path, help="default: results/rounds_engine_cost.json (-real.json)")

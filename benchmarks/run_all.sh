@@ -33,6 +33,18 @@ OMP_NUM_THREADS=1 PYTHONPATH=benchmarks python benchmarks/retrain_stored.py rein
     --output benchmarks/results/vllm_request_layout-long.json
 # The rounds' cost per batch through the real engine (server and colocate), the third study's arm settings.
 OMP_NUM_THREADS=1 .venv-vllm/bin/python benchmarks/rounds_engine_cost.py
+# The same at reasoning-like completion lengths (colocate), with dynamic sampling; then uniform's own cost curve and
+# rounds until mixed in few, large rounds, each beside uniform n = 8 again.
+OMP_NUM_THREADS=1 .venv-vllm/bin/python benchmarks/rounds_engine_cost.py --lengths real --modes colocate --batches 6 \
+    --skip 1 --repeats 2
+OMP_NUM_THREADS=1 .venv-vllm/bin/python benchmarks/rounds_engine_cost.py --lengths real --modes colocate --batches 6 \
+    --skip 1 --repeats 2 --arms uniform-n12 uniform-n16 rounds-uniform-large \
+    --output benchmarks/results/rounds_engine_cost-real-more.json
+
+# The fourth study's pilot on the sorting task (its warm start: python -m trl_budget.demo.build_warm_start --task
+# sorting): the warm start level by level, then uniform n = 8 and 16 on every pre-registered candidate.
+python benchmarks/fourth_study_pilot.py --describe-start
+python benchmarks/fourth_study_pilot.py
 
 # The first allocation study (pool regime, 6 pre-registered variants x 5 paired seeds): two single-threaded processes,
 # one per core; then the exploratory variant added after their first results; then one summary over all the runs
