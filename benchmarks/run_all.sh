@@ -37,7 +37,7 @@ OMP_NUM_THREADS=1 .venv-vllm/bin/python benchmarks/rounds_engine_cost.py
 # rounds until mixed in few, large rounds, each beside uniform n = 8 again.
 OMP_NUM_THREADS=1 .venv-vllm/bin/python benchmarks/rounds_engine_cost.py --lengths real --modes colocate --batches 6 \
     --skip 1 --repeats 2
-OMP_NUM_THREADS=1 .venv-vllm/bin/python benchmarks/rounds_engine_cost.py --lengths real --modes colocate --batches 6 \
+OMP_NUM_THREADS=1 .venv-vllm/bin/python benchmarks/rounds_engine_cost.py --lengths real --modes colocate --batches 4 \
     --skip 1 --repeats 2 --arms uniform-n12 uniform-n16 rounds-uniform-large \
     --output benchmarks/results/rounds_engine_cost-real-more.json
 
@@ -45,6 +45,7 @@ OMP_NUM_THREADS=1 .venv-vllm/bin/python benchmarks/rounds_engine_cost.py --lengt
 # sorting): the warm start level by level, then uniform n = 8 and 16 on every pre-registered candidate.
 python benchmarks/fourth_study_pilot.py --describe-start
 python benchmarks/fourth_study_pilot.py
+python benchmarks/fourth_study_pilot.py --time-alone --candidates sort-10-12-1e-4 sort-10-12-2e-4
 
 # The first allocation study (pool regime, 6 pre-registered variants x 5 paired seeds): two single-threaded processes,
 # one per core; then the exploratory variant added after their first results; then one summary over all the runs
