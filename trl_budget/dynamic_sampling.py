@@ -22,9 +22,19 @@ from trl.trainer.utils import RepeatSampler
 from .prompts import keys_of
 from .rounds import GeneratedRounds
 
-__all__ = ["DynamicSampling", "PromptStream", "STREAM_STATE_NAME", "varied_rewards"]
+__all__ = ["DynamicSampling", "PromptStream", "STREAM_STATE_NAME", "refuse_short_dataset", "varied_rewards"]
 
 STREAM_STATE_NAME = "budget_prompt_stream.json"
+
+
+def refuse_short_dataset(rows: int, prompts_per_batch: int) -> None:
+    """A dataset smaller than one generation batch would give the stream empty batches: refuse it."""
+    if rows < prompts_per_batch:
+        raise ValueError(
+            f"budget_dynamic_sampling draws generation batches of {prompts_per_batch} prompts (the training batch's "
+            f"prompts x budget_dynamic_sampling_oversample), but the training dataset has {rows}. Lower "
+            "budget_dynamic_sampling_oversample, or add prompts."
+        )
 
 
 class PromptStream:
@@ -34,12 +44,7 @@ class PromptStream:
     """
 
     def __init__(self, dataset, prompts_per_batch: int, shuffle: bool, seed: int):
-        if len(dataset) < prompts_per_batch:
-            raise ValueError(
-                f"Dynamic sampling draws generation batches of {prompts_per_batch} prompts, but the training dataset "
-                f"has {len(dataset)}. Lower budget_dynamic_sampling_oversample or the batch's prompts "
-                "(generation_batch_size / num_generations), or add prompts."
-            )
+        refuse_short_dataset(len(dataset), prompts_per_batch)
         self.dataset, self.prompts_per_batch, self.shuffle, self.seed = dataset, prompts_per_batch, shuffle, seed
         self._start()
 

@@ -10,6 +10,7 @@ from .allocators.token_cap import check_token_cap_allocator
 from .allocators.uniform import UniformAllocator
 from .checks import is_missing
 from .config import BudgetGRPOConfig
+from .dynamic_sampling import refuse_short_dataset
 from .prior import arrow_missing, check_prior_columns, first_row_where
 from .prompts import IMAGE_COLUMNS, has_images, missing_id_error
 from .rollout_plan import checked_allocation
@@ -67,12 +68,7 @@ def check_dynamic_sampling(allocator, dataset, prompts_per_generation_batch: int
             "map-style dataset (e.g. datasets.Dataset, or load it without streaming=True), or set "
             "budget_dynamic_sampling=False."
         )
-    if len(dataset) < prompts_per_generation_batch:
-        raise ValueError(
-            f"budget_dynamic_sampling draws generation batches of {prompts_per_generation_batch} prompts "
-            f"(the training batch's prompts x budget_dynamic_sampling_oversample), but the training dataset has "
-            f"{len(dataset)}. Lower budget_dynamic_sampling_oversample, or add prompts."
-        )
+    refuse_short_dataset(len(dataset), prompts_per_generation_batch)
 
 
 def refuse_seeded_vllm_generation(args: BudgetGRPOConfig) -> None:

@@ -1,5 +1,5 @@
 """The built-in verifiable tasks, each with difficulty levels and an exact-match reward: arithmetic (this module, the
-demo's and every study's so far) and sorting (`sorting.py`), chosen by name in `TASKS`."""
+demo's and every study's so far) and sorting (`sorting.py`), chosen by name with `task_named`."""
 
 from __future__ import annotations
 
