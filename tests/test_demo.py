@@ -227,6 +227,52 @@ def test_rounds_study_quick_resumes_and_reports_its_preregistered_figures(tmp_pa
     assert again["primary"] == result["primary"] and again["arms"] == result["arms"]
 
 
+def test_fourth_study_quick_resumes_and_reports_its_preregistered_figures(tmp_path, monkeypatch):
+    import fourth_study
+
+    result = fourth_study.main(["--quick", "--output-dir", str(tmp_path)])
+    saved = json.loads((tmp_path / "fourth_study.json").read_text())
+    assert list(saved["primary"]) == [fourth_study.comparison_name(c) for c in fourth_study.PRIMARY]
+    for name, test in saved["primary"].items():
+        assert test["seeds"] == 2 and test["complete"] and 0 < test["p"] <= 1
+        assert test["holm"]["level_bonferroni"] == pytest.approx(1 - 0.05 / 4)
+        assert test["mde80"] == pytest.approx(fourth_study.mde80(name.split(":")[0]))
+    for regime, comparisons in fourth_study.SECONDARY.items():
+        assert set(saved["secondary"][regime]) == {fourth_study.comparison_name(c) for c in comparisons}
+        assert all("holm" in test for test in saved["secondary"][regime].values())
+    arithmetic, sorting = saved["arms"]["arithmetic"], saved["arms"]["sorting"]
+    assert "coba" in sorting and "coba" not in arithmetic
+    # Cost in full: Reinforce-Ada trains half of what it generates, in rounds; dynamic sampling generates more than
+    # it trains; uniform's engine time grows with its rollouts, and uniform n = 8 is the unit.
+    ada = arithmetic["reinforce-ada-positive"]
+    assert ada["generated_rollouts"] == pytest.approx(2 * ada["trained_rollouts"]) and ada["rounds"] > 1
+    assert ada["trained_tokens"] < arithmetic["uniform-n8"]["trained_tokens"]
+    assert sorting["dynamic-sampling"]["generated_rollouts"] > sorting["dynamic-sampling"]["trained_rollouts"] == 512
+    assert arithmetic["uniform-n8"]["engine_ratio"] == pytest.approx(1.0)
+    assert 1 < arithmetic["uniform-n12"]["engine_ratio"] < arithmetic["uniform-n16"]["engine_ratio"]
+    # The history baseline leaves more trained rollouts with a gradient than the group baseline on the same rollouts.
+    assert sorting["uniform-n8-history"]["nonzero_advantage_share"] > sorting["uniform-n8"]["nonzero_advantage_share"]
+    assert all(0 < row["entropy"] for rows in saved["arms"].values() for row in rows.values())
+    costs = saved["against_cost_curve"]["sorting"]
+    assert set(costs) == {"generated_rollouts", "engine_ratio"} and "uniform-n16" not in costs["engine_ratio"]
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("a stored run was trained again")
+
+    monkeypatch.setattr(fourth_study, "run_rl", no_training)
+    again = fourth_study.main(["--quick", "--stored-only", "--output-dir", str(tmp_path)])
+    assert again["primary"] == result["primary"] and again["arms"] == result["arms"]
+
+
+def test_fourth_study_trains_only_with_the_code_its_runs_executed(tmp_path, monkeypatch):
+    import fourth_study
+
+    monkeypatch.setattr(fourth_study, "STUDY_CODE", "0123456789abcdef")
+    monkeypatch.setattr(fourth_study, "run_rl", lambda *args, **kwargs: pytest.fail("trained with other code"))
+    with pytest.raises(SystemExit, match="not the code of the fourth study's runs.*git worktree add"):
+        fourth_study.main(["--output-dir", str(tmp_path)])
+
+
 def test_the_demo_prints_the_answer_the_study_recorded():
     from trl_budget.cli import STUDY_ANSWER, study_answer
 

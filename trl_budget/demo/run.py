@@ -290,6 +290,7 @@ def run_rl(model_path: Path, allocator: str, seed: int, settings: RLSettings, ou
             "budget/prior_share", "budget/expected_token_ratio", "budget/unseen_prompts", "budget/rounds",
             "budget/generated_rollouts", "budget/trained_rollouts")},
         "reward": [entry["reward"] for entry in logs],
+        "entropy": [entry["entropy"] for entry in trainer.state.log_history if "entropy" in entry],  # every update
         "curve": recorder.curve,
         "histograms": {str(step): counts for step, counts in recorder.histograms.items()},
     }
