@@ -1,6 +1,8 @@
-"""Re-train stored runs of the third study with the current code and compare them with the stored ones, field by field.
+"""Re-train stored runs of the third or fourth study with the current code and compare them with the stored ones, field
+by field.
 
-    OMP_NUM_THREADS=1 python benchmarks/retrain_stored.py reinforce-ada-positive:40 uniform-n8:41
+    OMP_NUM_THREADS=1 python benchmarks/retrain_stored.py reinforce-ada-positive:40 uniform-n8:41   # the third study
+    OMP_NUM_THREADS=1 python benchmarks/retrain_stored.py sorting/uniform-n8-history:300             # the fourth
 
 A run re-trains bit for bit when every figure it records (held-out and training accuracy at every evaluation, every
 batch's logged budget figures and rewards) equals the stored one exactly (`SKIPPED` says what is not compared); then the code it executes behaves as the
@@ -14,7 +16,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from rounds_study import RESULTS, study_run
+import fourth_study
+import rounds_study
+from rounds_study import RESULTS
 
 # Not compared: wall time, the one figure not decided by the code and the seed; and `unseen_prompts`, whose meaning
 # became one in every mode (before: on the batch's fresh rates in rounds modes). A figure the stored run did not record
@@ -25,7 +29,8 @@ SKIPPED = ("seconds", "unseen_prompts")
 def differences(stored: dict, retrained: dict, where: str = "") -> list[str]:
     """The paths at which two results differ (exact equality, floats included)."""
     if isinstance(stored, dict) and isinstance(retrained, dict):
-        found = [f"{where}.{key} (only one has it)" for key in set(stored) ^ set(retrained)]
+        # a figure runs record since the stored one trained (e.g. `entropy`) is not compared; one they lost is
+        found = [f"{where}.{key} (only the stored run has it)" for key in set(stored) - set(retrained)]
         for key in sorted(set(stored) & set(retrained)):
             if key not in SKIPPED:
                 found += differences(stored[key], retrained[key], f"{where}.{key}")
@@ -40,13 +45,16 @@ def differences(stored: dict, retrained: dict, where: str = "") -> list[str]:
 def main(runs: list[str]) -> int:
     failed = 0
     for run in runs:
-        label, seed = run.rsplit(":", 1)
-        stored = study_run(label, int(seed), quick=False, run_cache=RESULTS / "run_cache", train=False)["result"]
+        arm, seed = run.rsplit(":", 1)
+        # "regime/label" names a run of the fourth study, a bare label one of the third
+        study_run, job = ((fourth_study.study_run, (*arm.split("/"), int(seed))) if "/" in arm
+                          else (rounds_study.study_run, (arm, int(seed))))
+        stored = study_run(*job, quick=False, run_cache=RESULTS / "run_cache", train=False)["result"]
         with tempfile.TemporaryDirectory() as folder:
-            retrained = study_run(label, int(seed), quick=False, run_cache=Path(folder))["result"]
+            retrained = study_run(*job, quick=False, run_cache=Path(folder))["result"]
         found = differences(stored, retrained)
         failed += bool(found)
-        print(f"{label} seed {seed}: " + ("bit for bit" if not found else
+        print(f"{arm} seed {seed}: " + ("bit for bit" if not found else
                                           f"{len(found)} figures differ, first: {'; '.join(found[:3])}"))
     return 1 if failed else 0
 

@@ -217,6 +217,12 @@ def test_rounds_study_quick_resumes_and_reports_its_preregistered_figures(tmp_pa
     for predictor in ("gradient_rollouts", "coverage"):
         assert set(saved["dose_response"][predictor]["arms"]) == set(rounds_study.EQUAL_COST)
     assert saved["dose_response"]["predicts_better"] in ("gradient_rollouts", "coverage")
+    errors = saved["dose_response"]["prediction_error"]
+    for arms in ("all_arms", "without_coba"):
+        for predictor in ("gradient_rollouts", "coverage"):
+            low, high = errors[arms][predictor]["ci95"]
+            assert 0 <= low <= high and errors[arms][predictor]["rms_miss"] >= 0
+        assert 0 <= errors[arms]["coverage_misses_less_share"] <= 1
     check_png(tmp_path / "rounds_study.png", min_width=1200)
 
     def no_training(*args, **kwargs):
