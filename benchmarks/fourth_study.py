@@ -178,7 +178,9 @@ def refuse_other_code() -> None:
         raise SystemExit(
             f"The package's code (digest {code_digest()}) is not the code of the fourth study's runs (STUDY_CODE = "
             f"{STUDY_CODE}). Train the remaining runs from the study's commit (git worktree add <folder> <commit>; "
-            "PYTHONPATH=<folder> python <folder>/benchmarks/fourth_study.py), or summarise with --stored-only.")
+            "PYTHONPATH=<folder> python <folder>/benchmarks/fourth_study.py); or show that two stored runs of each "
+            "arm re-train bit for bit (benchmarks/retrain_stored.py regime/arm:seed) and set STUDY_CODE to this digest; "
+            "or summarise with --stored-only.")
 
 
 def study_run(regime: str, label: str, seed: int, quick: bool, run_cache: Path, train: bool = True) -> dict:
@@ -204,7 +206,8 @@ def study_run(regime: str, label: str, seed: int, quick: bool, run_cache: Path, 
                         show_progress=False, label=label, task=task, **options)
         return {k: v for k, v in result.items() if k != "histograms"}
 
-    return cached_run(run_cache, name, key, train_it)[0]
+    # a run stored by the study's code under another digest (the package changed since, re-training bit for bit)
+    return stored_run(run_cache, name, key) or cached_run(run_cache, name, key, train_it)[0]
 
 
 def job_order(seeds) -> list[tuple[str, str, int]]:

@@ -124,3 +124,15 @@ def test_a_stored_run_is_read_back_by_its_settings_whatever_code_trained_it(tmp_
     monkeypatch.setattr(run_cache, "code_digest", lambda: "third code")
     with pytest.raises(ValueError, match="2 stored runs of study-uniform-3 .* have these settings"):
         run_cache.stored_run(tmp_path, "study-uniform-3", settings)
+
+
+def test_a_retrained_run_is_compared_on_every_figure_the_stored_run_recorded():
+    from retrain_stored import differences
+
+    stored = {"curve": [{"step": 0, "accuracy": 0.5}], "rounds": [None, 2.0], "seconds": 80.0}
+    # A figure added to runs since the stored one trained is not compared, nor is wall time or an unrecorded None.
+    assert differences(stored, {**stored, "entropy": [0.6], "seconds": 95.0, "rounds": [1.0, 2.0]}) == []
+    changed = {**stored, "curve": [{"step": 0, "accuracy": 0.5000001}]}
+    assert differences(stored, changed) == [".curve[0].accuracy: stored 0.5, re-trained 0.5000001"]
+    lost = {key: value for key, value in stored.items() if key != "rounds"}
+    assert differences(stored, lost) == [".rounds (only the stored run has it)"]
