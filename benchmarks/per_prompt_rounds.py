@@ -24,8 +24,9 @@ round queued as soon as its own round has finished), beside uniform n = 8.
   same without that wait: what these rollouts would cost under a rule whose prompts share no budget). Scoring replays
   recorded outcomes, so it takes no time on any path; what differs is only when each request reaches the engine.
 - Reported: per rule and path, the median over batches (the first `--skip` left out) of the batch's time over uniform
-  n = 8's for the same batch, [min, max]; the rounds; the share of the engine's time with fewer than 64 sequences in
-  flight (an eighth of uniform's batch). Writes results/per_prompt_rounds.json.
+  n = 8's for the same batch, [min, max]; the rounds; the engine steps over uniform's (each step decodes one token of
+  every sequence in flight, so their number is the batch's critical path in tokens); the share of the engine's time
+  with fewer than 64 sequences in flight (an eighth of uniform's batch). Writes results/per_prompt_rounds.json.
 """
 
 from __future__ import annotations
@@ -196,7 +197,9 @@ class Engine:
         seconds = time.perf_counter() - started
         steps = np.array(self.steps[first:], dtype=np.float64).reshape(-1, 2)
         low = float(steps[steps[:, 1] < LOW_OCCUPANCY, 0].sum() / steps[:, 0].sum()) if len(steps) else None
-        return {"seconds": seconds, "low_occupancy_share": low}
+        # engine steps: each decodes one token of every sequence in flight, so their number is the batch's
+        # sequential depth in tokens (its critical path), whatever the occupancy
+        return {"seconds": seconds, "low_occupancy_share": low, "engine_steps": len(steps)}
 
 
 def measure(model: Path, drawn: list[dict]) -> list[dict]:
@@ -225,6 +228,8 @@ def summarize(drawn: list[dict], timed: list[dict], skip: int) -> dict:
                       "ratio_max": float(ratios.max()),
                       "low_occupancy_share_median": float(np.median([row[name]["low_occupancy_share"]
                                                                      for row in timed[skip:]])),
+                      "engine_steps_vs_uniform_n8_median": float(np.median([
+                          row[name]["engine_steps"] / row["uniform-n8"]["engine_steps"] for row in timed[skip:]])),
                       **({} if rule is None else schedule_figures(drawn[skip:], rule))}
     return rows
 
@@ -260,13 +265,14 @@ def main() -> None:
                          + " ".join(sys.argv[1:])}
     args.output.write_text(json.dumps(result, indent=2) + "\n")
     print("| rule | path | rounds per batch | rounds before the first shared | vs uniform n = 8, median [min, max] | "
-          "engine below 1/8 occupancy |")
-    print("|---|---|---:|---:|---:|---:|")
+          "engine steps vs uniform | engine below 1/8 occupancy |")
+    print("|---|---|---:|---:|---:|---:|---:|")
     for name, row in result["paths"].items():
         rule, _, path = name.partition("/")
         print(f"| {rule if path else '—'} | {path or name} | {row.get('rounds_per_batch', 1):.1f} | "
               f"{row.get('rounds_before_the_first_shared_per_batch', 1):.1f} | {row['ratio_to_uniform_n8_median']:.2f} "
-              f"[{row['ratio_min']:.2f}, {row['ratio_max']:.2f}] | {row['low_occupancy_share_median']:.0%} |")
+              f"[{row['ratio_min']:.2f}, {row['ratio_max']:.2f}] | {row['engine_steps_vs_uniform_n8_median']:.2f} | "
+              f"{row['low_occupancy_share_median']:.0%} |")
 
 
 if __name__ == "__main__":
