@@ -10,7 +10,8 @@ round queued as soon as its own round has finished), beside uniform n = 8.
   and each prompt's rollouts earn its recorded outcomes in order from a random start. The package's own round rules
   decide every round from those outcomes on the package's `GeneratedRounds`: Reinforce-Ada positive-focused at the third
   study's settings (4 a round, K = 4, up to 16 rounds, at most 512 generated) and rounds until mixed (first 2, +1 a
-  round, at most 32 per prompt, 512 in all, the rest evenly). So both paths generate exactly the rollouts the trainer's
+  round, at most 32 per prompt, 512 in all, the rest evenly), and the same in few, large rounds (first 4, +4 a round,
+  at most 16). So both paths generate exactly the rollouts the trainer's
   round-synchronous path generates. Also found: each batch's first round whose decisions are shared by its prompts
   (the shared budget cut what they asked for, or the top-up of what it left): from there on a prompt's rollouts depend
   on every other prompt's outcomes, so a per-prompt path that decides exactly as the round-synchronous one must wait.
@@ -59,14 +60,18 @@ def reinforce_ada_positive():
                         default_generations=4).round_rule(1)
 
 
-def rounds_until_mixed():
-    from trl_budget.allocators.solver import spread_evenly
-    from trl_budget.round_rules import UntilMixed
+def rounds_until_mixed(first: int, per_round: int, most: int):
+    def build():
+        from trl_budget.allocators.solver import spread_evenly
+        from trl_budget.round_rules import UntilMixed
 
-    def evenly(pass_rates, counts, spare):
-        return spread_evenly(int(counts.sum()) + spare, counts, np.full(counts.size, 32))
+        def evenly(pass_rates, counts, spare):
+            return spread_evenly(int(counts.sum()) + spare, counts, np.full(counts.size, most))
 
-    return UntilMixed(2, 1, 32, BUDGET, 1, None, lambda wins, trials: wins / np.maximum(trials, 1), evenly)
+        return UntilMixed(first, per_round, most, BUDGET, 1, None, lambda wins, trials: wins / np.maximum(trials, 1),
+                          evenly)
+
+    return build
 
 
 def uncapped_ask(rule, rounds) -> int | None:
@@ -81,7 +86,9 @@ def uncapped_ask(rule, rounds) -> int | None:
     return int(np.minimum(rule.per_round, rule.most - rounds.counts)[active].sum())
 
 
-RULES = {"reinforce-ada-positive": reinforce_ada_positive, "rounds-uniform": rounds_until_mixed}
+# rounds until mixed at the third study's setting, and in few, large rounds (the remedy docs/rounds.md names)
+RULES = {"reinforce-ada-positive": reinforce_ada_positive, "rounds-uniform": rounds_until_mixed(2, 1, 32),
+         "rounds-uniform-large": rounds_until_mixed(4, 4, 16)}
 
 
 def schedule(rule, outcomes: np.ndarray) -> tuple[list[list[int]], int | None]:

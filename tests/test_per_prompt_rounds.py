@@ -1,0 +1,41 @@
+"""benchmarks/per_prompt_rounds.py's schedules: the rollouts the package's round rules decide for scripted outcomes, and
+the first round whose decisions the prompts share (from there on a per-prompt path must wait for every prompt)."""
+
+import numpy as np
+
+import per_prompt_rounds
+
+PROMPTS = per_prompt_rounds.PROMPTS
+MIXED = np.tile([1, 0], (PROMPTS, 32))  # every prompt alternates success and failure
+FAILING = np.zeros((PROMPTS, 64), dtype=np.int64)  # every prompt always fails
+
+
+def totals(rule: str, outcomes: np.ndarray) -> tuple[list[int], int | None]:
+    rounds, shared = per_prompt_rounds.schedule(per_prompt_rounds.RULES[rule](), outcomes)
+    assert all(len(counts) == PROMPTS for counts in rounds)
+    return [sum(counts) for counts in rounds], shared
+
+
+def test_reinforce_ada_stops_a_prompt_at_its_first_mixed_round_and_shares_nothing_under_its_budget():
+    # 4 a round: 2 successes and 2 failures finish every prompt at once; nothing is shared, nothing topped up
+    assert totals("reinforce-ada-positive", MIXED) == ([4 * PROMPTS], None)
+    # always failing: 4 a round until the 512 are spent; the budget ends the batch rather than cutting a round
+    assert totals("reinforce-ada-positive", FAILING) == ([4 * PROMPTS, 4 * PROMPTS], None)
+
+
+def test_rounds_until_mixed_shares_its_top_up_round():
+    # first 2 each, all mixed; the 384 left are spread over every prompt in one shared round
+    assert totals("rounds-uniform", MIXED) == ([2 * PROMPTS, 512 - 2 * PROMPTS], 1)
+    # never mixed: +1 a round for every prompt, each round as asked, until the budget is spent
+    assert totals("rounds-uniform", FAILING) == ([2 * PROMPTS] + [PROMPTS] * 6, None)
+    # few, large rounds: first 4 each, then the other 256 in the shared top-up
+    assert totals("rounds-uniform-large", MIXED) == ([4 * PROMPTS, 4 * PROMPTS], 1)
+
+
+def test_every_drawn_batch_generates_the_budget_and_finds_its_shared_round_within_the_schedule():
+    for entry in per_prompt_rounds.batches(2):
+        assert len(entry["letters"]) == PROMPTS
+        for rule, rounds in entry["schedules"].items():
+            assert sum(map(sum, rounds)) == per_prompt_rounds.BUDGET
+            shared = entry["first_shared_round"][rule]
+            assert shared is None or 0 < shared < len(rounds)
