@@ -302,6 +302,20 @@ def test_the_readme_states_the_third_studys_primary_answer_as_recorded():
     assert gate["passes"] and f"**{gate['diff'] * 100:+.2f} [{gate['ci95'][0] * 100:+.2f}," in readme
 
 
+def test_the_readme_states_the_fourth_studys_primaries_as_recorded():
+    study = json.loads((ROOT / "benchmarks" / "results" / "fourth_study.json").read_text())
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    for name, primary in study["primary"].items():
+        low, high = primary["ci95"]
+        assert primary["complete"] and primary["seeds"] == 20 and "holm" in primary, name
+        stated = f"**{primary['diff'] * 100:+.2f} [{low * 100:+.2f}, {high * 100:+.2f}]**".replace("-", "−")
+        p = f"= {primary['p']:.3f}" if primary["p"] >= 0.001 else "< 0.001"
+        assert f"{stated}, exact p {p}" in readme, name
+    for regime, gate in study["room_gates"].items():
+        low, high = gate["ci95"]
+        assert f"{gate['diff'] * 100:+.2f} [{low * 100:+.2f}, {high * 100:+.2f}]".replace("-", "−") in readme, regime
+
+
 def test_the_readme_states_the_demos_recorded_figures():
     # benchmarks/results/demo.json: what `trl-budget demo` printed, and the digest of the code that printed it.
     demo = json.loads((ROOT / "benchmarks" / "results" / "demo.json").read_text())
