@@ -26,7 +26,8 @@ round queued as soon as its own round has finished), beside uniform n = 8.
   synchronous schedule, batch by batch), `foreseen` (the same with the first shared round known in advance, which no
   path deciding as it goes can know: a bound for `per-prompt`), and `unshared` (no wait at all: what these rollouts
   would cost under a rule whose prompts share no budget). Scoring replays recorded outcomes, so it takes no time on
-  any path; what differs is only when each request reaches the engine. `--rules` and `--paths` choose a subset.
+  any path; what differs is only when each request reaches the engine. `--jobs mode:rule/path ...` chooses which run:
+  colocate on the in-process engine, server as concurrent HTTP requests to `trl vllm-serve`.
 - Reported: per rule and path, the median over batches (the first `--skip` left out) of the batch's time over uniform
   n = 8's for the same batch, [min, max]; the rounds, and those `per-prompt` decides prompt by prompt; the engine
   steps over uniform's (each step decodes one token of every sequence in flight, so their number is the batch's
@@ -124,7 +125,7 @@ class PerPromptSchedule:
         self.wins, self.trials = np.zeros(prompts), np.zeros(prompts)
         self.last_round = np.zeros(prompts, dtype=np.int64)  # each prompt's last round decided
         self.stopped = np.zeros(prompts, dtype=bool)
-        self.waiting: dict[int, int] = {}  # prompt -> the round it waits to be given
+        self.waiting: dict[int, tuple[int, int]] = {}  # prompt -> (the round it waits for, what its outcomes ask)
 
     def first_round(self) -> np.ndarray:
         from trl_budget.rounds import GeneratedRounds
@@ -144,7 +145,7 @@ class PerPromptSchedule:
         if ask == 0:
             self.stopped[prompt] = True
         else:
-            self.waiting[prompt] = round_index + 1
+            self.waiting[prompt] = (round_index + 1, ask)
         return self._release()
 
     def rest(self) -> list[np.ndarray]:
@@ -157,13 +158,11 @@ class PerPromptSchedule:
 
     def _release(self) -> list[tuple[int, int, int]]:
         going = []
-        for prompt, round_index in sorted(self.waiting.items()):
+        for prompt, (round_index, ask) in sorted(self.waiting.items()):
             if self._worst_case_through(round_index) <= self.budget:
                 del self.waiting[prompt]
-                ask = own_asks(self.rule, self.counts[prompt : prompt + 1], self.wins[prompt : prompt + 1],
-                               self.trials[prompt : prompt + 1], round_index)
-                self._decide(np.array([prompt]), round_index, ask)
-                going.append((prompt, round_index, int(ask[0])))
+                self._decide(np.array([prompt]), round_index, np.array([ask]))
+                going.append((prompt, round_index, ask))
         return going
 
     def _worst_case_through(self, round_index: int) -> float:
