@@ -70,12 +70,22 @@ Runs are trained primaries and room gates first (their arms over all seeds), the
 finished run is stored under its settings, seed and the package's code (results/run_cache). The code the runs execute
 is frozen for the study: `STUDY_CODE` is its digest, and training refuses other code (the stored runs are read back
 whatever the code). Writes results/fourth_study.json.
+
+Amendment, made when the first `dynamic-sampling` run in sorting (seed 300) stopped, before any of the arm's figures
+were read; the arms' settings are unchanged. Dynamic sampling stops a run, as verl does, when a batch is still short
+after its cap of generation batches. Such a run is stored as stopped, with the update it reached and its curve until
+then; its arm is reported by the seeds that stopped and where. A comparison of an arm with a stopped seed is
+`unfinished`: its difference over the seeds that finished is descriptive only (those seeds are not a random draw),
+and it keeps its place in its Holm family with p = 1, never rejected, so the family's other comparisons are corrected
+at the registered size.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import time
+import traceback
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -96,6 +106,8 @@ FIRST_EPOCH = 23  # generation batches before any prompt comes back (1 500 promp
 ROOM_GATE = 0.01
 # The digest of the package code every run of the study executes (`run_cache.code_digest`); training refuses other code.
 STUDY_CODE = "7af5316499dc4561"
+# How dynamic sampling's error begins when a batch is still short at its cap of generation batches
+DYNAMIC_SAMPLING_CAP = "Dynamic sampling kept"
 
 REGIMES = {  # name -> (task, levels; None: the task's study pool)
     "arithmetic": ("arithmetic", None),
@@ -138,6 +150,8 @@ SECONDARY = {
     for regime in REGIMES
 }
 METRIC = "greedy held-out accuracy, mean of the last three evaluations"
+# The answer `trl-budget demo` prints beside its default pair, uniform GRPO with and without the history baseline
+DEMO_ANSWER = Path(__file__).resolve().parents[1] / "trl_budget" / "demo" / "baseline_answer.json"
 ENGINE_BENCHMARKS = ("rounds_engine_cost-real.json", "rounds_engine_cost-real-more.json")
 HOLM_FIRST_LEVEL = 0.05 / len(PRIMARY)
 
@@ -202,12 +216,27 @@ def study_run(regime: str, label: str, seed: int, quick: bool, run_cache: Path, 
     task = task_named(task_name)
 
     def train_it() -> dict:
-        result = run_rl(warm_start(warm, task=task), allocator, seed, settings, Path("study_runs") / regime / label,
-                        show_progress=False, label=label, task=task, **options)
+        start = time.perf_counter()
+        try:
+            result = run_rl(warm_start(warm, task=task), allocator, seed, settings,
+                            Path("study_runs") / regime / label, show_progress=False, label=label, task=task, **options)
+        except RuntimeError as error:
+            if not str(error).startswith(DYNAMIC_SAMPLING_CAP):
+                raise
+            return stopped_at_cap(error, label, seed, time.perf_counter() - start)
         return {k: v for k, v in result.items() if k != "histograms"}
 
     # a run stored by the study's code under another digest (the package changed since, re-training bit for bit)
     return stored_run(run_cache, name, key) or cached_run(run_cache, name, key, train_it)[0]
+
+
+def stopped_at_cap(error: RuntimeError, label: str, seed: int, seconds: float) -> dict:
+    """The record of a run that dynamic sampling stopped at its cap of generation batches, as verl stops: the update
+    it reached and the held-out curve until then, read from the trainer in the failing call's frames."""
+    frame = next(frame for frame, _ in traceback.walk_tb(error.__traceback__) if frame.f_code.co_name == "run_rl")
+    trainer, recorder = frame.f_locals["trainer"], frame.f_locals["recorder"]
+    return {"allocator": label, "seed": seed, "stopped": str(error), "stopped_at_update": trainer.state.global_step,
+            "curve": recorder.curve, "seconds": seconds}
 
 
 def job_order(seeds) -> list[tuple[str, str, int]]:
@@ -318,16 +347,24 @@ def compare(runs: dict, comparison: tuple[str, str, str], seeds: list[int]) -> d
                              len(seeds))
 
 
-def family(runs: dict, comparisons: list[tuple[str, str, str]], seeds: list[int]) -> dict:
-    """Each comparison paired over seeds; Holm and Bonferroni over those complete (all seeds paired)."""
+def family(runs: dict, comparisons: list[tuple[str, str, str]], seeds: list[int], stopped: dict) -> dict:
+    """Each comparison paired over seeds; Holm and Bonferroni over those complete (all seeds paired). A comparison
+    whose arm stopped on some seed is `unfinished`: its difference over the seeds that finished is descriptive only,
+    and it keeps its place in the family, never rejected."""
     tests = {comparison_name(c): compare(runs, c, seeds) for c in comparisons}
-    complete = {name: test for name, test in tests.items() if test.get("complete")}
-    for name, corrected in corrected_family(complete).items():
+    unfinished = [comparison_name(c) for c in comparisons
+                  if any((c[0], arm, seed) in stopped for arm in c[1:] for seed in seeds)]
+    for name in unfinished:
+        tests[name]["unfinished"] = True
+    complete = {name: test for name, test in tests.items() if test.get("complete") and name not in unfinished}
+    for name, corrected in corrected_family(complete, unfinished).items():
         tests[name]["holm"] = corrected
     return tests
 
 
-def summarize(runs: dict, seeds: list[int], skip: int) -> dict:
+def summarize(runs: dict, seeds: list[int], skip: int, stopped: dict | None = None) -> dict:
+    """The study's figures from its finished `runs`; `stopped` holds the runs dynamic sampling stopped at its cap."""
+    stopped = stopped or {}
     model = engine_time_model()
     costs = {}
     for (regime, label, seed), run in runs.items():
@@ -338,16 +375,20 @@ def summarize(runs: dict, seeds: list[int], skip: int) -> dict:
     for regime in REGIMES:
         for label in ARMS:
             have = [s for s in seeds if (regime, label, s) in runs]
+            halted = [{"seed": s, "update": stopped[regime, label, s]["stopped_at_update"]} for s in seeds
+                      if (regime, label, s) in stopped]
+            if halted:
+                arms.setdefault(regime, {}).setdefault(label, {})["stopped"] = halted
             if not have:
                 continue
             values = [metric(runs[regime, label, s]) for s in have]
             figures = [costs[regime, label, s] for s in have]
-            arms.setdefault(regime, {})[label] = {
+            arms.setdefault(regime, {}).setdefault(label, {}).update({
                 "seeds": len(have), "metric_mean": float(np.mean(values)),
                 "metric_sd": float(np.std(values, ddof=1)) if len(values) > 1 else None,
                 **{name: float(np.mean([f[name] for f in figures])) for name in figures[0]},
-                **({} if label == BASELINE else {"vs_uniform_n8": compare(runs, (regime, label, BASELINE), seeds)})}
-    primaries = family(runs, PRIMARY, seeds)
+                **({} if label == BASELINE else {"vs_uniform_n8": compare(runs, (regime, label, BASELINE), seeds)})})
+    primaries = family(runs, PRIMARY, seeds, stopped)
     for comparison in PRIMARY:
         test = primaries[comparison_name(comparison)]
         regime = comparison[0]
@@ -356,7 +397,7 @@ def summarize(runs: dict, seeds: list[int], skip: int) -> dict:
         test["room_gate"] = room_gate(runs, regime, seeds)
     return {
         "primary": primaries,
-        "secondary": {regime: family(runs, SECONDARY[regime], seeds) for regime in REGIMES},
+        "secondary": {regime: family(runs, SECONDARY[regime], seeds, stopped) for regime in REGIMES},
         "room_gates": {regime: room_gate(runs, regime, seeds) for regime in REGIMES},
         "arms": arms,
         "against_cost_curve": {regime: against_cost_curve(runs, regime, seeds, costs) for regime in REGIMES},
@@ -387,6 +428,22 @@ def answer_sentences(summary: dict) -> list[str]:
     return sentences
 
 
+def demo_answer(summary: dict) -> dict:
+    """The first primary (arithmetic, the demo's regime: the history baseline on uniform GRPO) as the demo prints it."""
+    test = summary["primary"][comparison_name(PRIMARY[0])]
+    gate = test["room_gate"]
+    low, high = test["ci95"]
+    verdict = "significant" if test["holm"]["significant"] else "not significant"
+    answer = (f"uniform GRPO with each prompt's history as its advantage baseline against GRPO's group baseline: "
+              f"{test['diff'] * 100:+.2f} points of greedy held-out accuracy (95% interval [{low * 100:+.2f}, "
+              f"{high * 100:+.2f}], exact p = {test['p']:.3f}, {test['seeds']} paired seeds; {verdict} after Holm over "
+              f"the study's four primaries), at the same rollouts and updates. For scale: uniform with twice the "
+              f"rollouts gains {gate['diff'] * 100:+.2f}.")
+    return {"answer": answer, "comparison": comparison_name(PRIMARY[0]), "metric": METRIC,
+            "primary": {name: test[name] for name in ("diff", "ci95", "p", "seeds", "complete")},
+            "significant_after_holm": test["holm"]["significant"], "room_gate": gate}
+
+
 def markdown_table(summary: dict) -> str:
     lines = []
     for regime, arms in summary["arms"].items():
@@ -394,8 +451,12 @@ def markdown_table(summary: dict) -> str:
                   "generated | trained | trained tokens | rounds | engine time | non-zero advantage | coverage | "
                   "entropy | seconds |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for label, row in arms.items():
+            seeds = f"{row.get('seeds', 0)}" + (f" ({len(row['stopped'])} stopped)" if "stopped" in row else "")
+            if "metric_mean" not in row:
+                lines.append(f"| {label} | {seeds} |" + " - |" * 13)
+                continue
             cells = comparison_cells(row.get("vs_uniform_n8", {}))
-            lines.append(f"| {label} | {row['seeds']} | {row['metric_mean']:.4f} | {cells['diff']} | {cells['p']} | "
+            lines.append(f"| {label} | {seeds} | {row['metric_mean']:.4f} | {cells['diff']} | {cells['p']} | "
                          f"{row['accuracy_update_60']:.3f} ({row['accuracy_start']:.3f}) | "
                          f"{row['generated_rollouts']:.0f} | {row['trained_rollouts']:.0f} | "
                          f"{row['trained_tokens']:.0f} | {row['rounds']:.1f} | {row['engine_ratio']:.2f}x | "
@@ -410,8 +471,10 @@ def main(argv=None) -> dict:
     if not (args.stored_only or args.quick):
         refuse_other_code()
     seeds = list(SEEDS)[:2] if args.quick else list(SEEDS)
-    runs = {job: stored["result"] for job, stored in study_runs(job_order(seeds), study_run, args).items()}
-    summary = summarize(runs, seeds, 1 if args.quick else FIRST_EPOCH)
+    stored = {job: run["result"] for job, run in study_runs(job_order(seeds), study_run, args).items()}
+    stopped = {job: run for job, run in stored.items() if "stopped" in run}
+    runs = {job: run for job, run in stored.items() if job not in stopped}
+    summary = summarize(runs, seeds, 1 if args.quick else FIRST_EPOCH, stopped)
     summary["preregistered"] = {
         "seeds": [seeds[0], seeds[-1]], "budget_updates": BUDGET, "regimes": REGIMES,
         "arms": {label: {"num_generations": g, "max_generations": m, "settings": s, "regimes": r}
@@ -426,6 +489,8 @@ def main(argv=None) -> dict:
     summary["command"] = "OMP_NUM_THREADS=1 python benchmarks/fourth_study.py" + (" --quick" if args.quick else "")
     args.output_dir.mkdir(parents=True, exist_ok=True)
     (args.output_dir / "fourth_study.json").write_text(json.dumps(summary, indent=2) + "\n")
+    if not args.quick and summary["primary"][comparison_name(PRIMARY[0])].get("complete"):
+        DEMO_ANSWER.write_text(json.dumps(demo_answer(summary), indent=2) + "\n")
     print(markdown_table(summary))
     print("\n".join(summary["answer"]))
     return summary

@@ -2,9 +2,11 @@ import numpy as np
 import pytest
 
 from trl_budget.demo.study_stats import (
+    corrected_family,
     first_reach,
     holm,
     minimal_detectable_effect,
+    paired_comparison,
     paired_interval,
     rollouts_to_match,
     sign_flip_p_value,
@@ -72,6 +74,21 @@ def test_holm_steps_down_and_stops_at_the_first_failure():
     assert [result[n]["level_bonferroni"] for n in "acb"] == pytest.approx([1 - 0.05 / 3] * 3)
     # A later p-value under its own threshold is still not significant once an earlier one failed.
     assert holm({"x": 0.04, "y": 0.045})["y"]["significant"] is False
+
+
+def test_an_unfinished_comparison_keeps_its_place_in_the_family_and_is_never_rejected():
+    differences = {"a": [0.02, 0.03, 0.025, 0.028, 0.031, 0.022], "b": [0.01, -0.005, 0.02, 0.015, 0.012, 0.018]}
+    comparisons = {name: paired_comparison(d, 6) for name, d in differences.items()}
+    alone = corrected_family(comparisons)
+    with_unfinished = corrected_family(comparisons, unfinished=["c"])
+    assert set(with_unfinished) == {"a", "b", "c"}
+    assert with_unfinished["c"]["significant"] is False and "ci_holm" not in with_unfinished["c"]
+    # The family's size is the registered three: Bonferroni and the first Holm step are stricter than with two.
+    assert with_unfinished["a"]["level_bonferroni"] == pytest.approx(1 - 0.05 / 3)
+    assert alone["a"]["level_bonferroni"] == pytest.approx(1 - 0.05 / 2)
+    assert with_unfinished["a"]["p_holm"] == pytest.approx(3 * comparisons["a"]["p"])
+    low, high = with_unfinished["a"]["ci_bonferroni"]
+    assert low < alone["a"]["ci_bonferroni"][0] and high > alone["a"]["ci_bonferroni"][1]
 
 
 def test_trailing_mean_and_first_reach():

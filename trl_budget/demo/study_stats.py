@@ -7,6 +7,7 @@ and of the baseline's come from runs with the same seed.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from statistics import NormalDist
 
 import numpy as np
@@ -110,11 +111,18 @@ def paired_comparison(differences, seeds: int) -> dict:
             "differences": differences.tolist()}
 
 
-def corrected_family(comparisons: dict[str, dict]) -> dict[str, dict]:
+def corrected_family(comparisons: dict[str, dict], unfinished: Iterable[str] = ()) -> dict[str, dict]:
     """Holm's correction over a family of `paired_comparison`s, each test with its interval at its Holm step's level
-    (`ci_holm`) and at the Bonferroni level (`ci_bonferroni`, simultaneous)."""
-    family = holm({label: comparison["p"] for label, comparison in comparisons.items()})
+    (`ci_holm`) and at the Bonferroni level (`ci_bonferroni`, simultaneous).
+
+    `unfinished` names comparisons whose arm could not finish every run: they keep their place in the family (the
+    pre-registered size) with p = 1, never rejected and without an interval, so that a failing arm cannot make the
+    others' correction milder."""
+    family = holm({**{label: comparison["p"] for label, comparison in comparisons.items()},
+                   **{label: 1.0 for label in unfinished}})
     for label, test in family.items():
+        if label not in comparisons:
+            continue
         differences = comparisons[label]["differences"]
         test["ci_holm"] = paired_interval(differences, test["level"])[1]
         test["ci_bonferroni"] = paired_interval(differences, test["level_bonferroni"])[1]
