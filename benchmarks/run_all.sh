@@ -13,6 +13,7 @@ python benchmarks/column_checks.py          # construction-time column checks at
 python benchmarks/beyond_options.py         # the options beyond both papers, each against the run without it
 python benchmarks/token_cap_speed.py        # allocation time under a token cap
 OMP_NUM_THREADS=1 python benchmarks/study_pilot.py --seeds 4   # the second study's regime, on uniform alone
+python benchmarks/demo_record.py            # what `trl-budget demo` prints with its defaults, and its seconds
 
 # The second allocation study (pre-registered in the script: 10 variants x 20 paired seeds, two processes; stored runs
 # are read back, so it resumes where it stopped): compare_allocators.json/.png and trl_budget/demo/study_answer.json.

@@ -74,7 +74,7 @@ def test_the_demo_end_to_end_on_the_sorting_task(tmp_path):
 def test_demo_end_to_end(tmp_path, capsys):
     output = tmp_path / "demo"
     arguments = ["demo", "--steps", "16", "--warm-start-steps", "40", "--output-dir", str(output),
-                 "--cache-dir", str(tmp_path / "cache"), "--probe", "2"]
+                 "--cache-dir", str(tmp_path / "cache")]
     import warnings
 
     with warnings.catch_warnings(record=True) as caught:
@@ -85,12 +85,13 @@ def test_demo_end_to_end(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "held-out accuracy" in printed and str(output / "demo_report.png") in printed
     assert "What you see:" in printed
-    from trl_budget.cli import study_answer
+    from trl_budget.cli import BASELINE_ANSWER, study_answer
 
-    assert study_answer() in printed
+    assert "the fourth study" in printed and study_answer(BASELINE_ANSWER) in printed
 
+    # The default pair: uniform GRPO with the history baseline against uniform GRPO.
     results = json.loads((output / "demo_results.json").read_text())
-    assert set(results["summary"]) == {"knapsack-probe2", "uniform"}
+    assert set(results["summary"]) == {"uniform-history", "uniform"}
     for row in results["summary"].values():
         assert row["rollouts_spent"] == 16 * 64  # 2 generation batches of 64 prompts x 8, 8 updates each
         assert 0 <= row["final_accuracy_mean"] <= 1 and 0 <= row["effective_ratio_mean"] <= 1
@@ -106,9 +107,13 @@ def test_demo_end_to_end(tmp_path, capsys):
     cached = list((tmp_path / "cache").glob("warm-start-*/model.safetensors"))
     assert len(cached) == 1
     stamp = cached[0].stat().st_mtime_ns
-    assert main(arguments + ["--no-baseline", "--allocator", "coba"]) == 0  # reuses the cached warm start
+    # reuses the cached warm start
+    assert main(arguments + ["--no-baseline", "--allocator", "coba", "--probe", "2"]) == 0
     assert cached[0].stat().st_mtime_ns == stamp
-    assert set(json.loads((output / "demo_results.json").read_text())["summary"]) == {"coba-probe2"}
+    coba = json.loads((output / "demo_results.json").read_text())
+    assert set(coba["summary"]) == {"coba-probe2"}
+    assert all(min(counts) >= 2 for counts in coba["runs"][0]["histograms"].values())  # the probe's rollouts
+    assert "the allocation study" in capsys.readouterr().out
     # Reinforce-Ada trains 4 of each prompt, and generates what uniform does.
     assert main(["demo", "--steps", "16", "--warm-start-steps", "40", "--output-dir", str(output), "--cache-dir",
                  str(tmp_path / "cache"), "--no-baseline", "--allocator", "reinforce_ada"]) == 0
@@ -116,12 +121,20 @@ def test_demo_end_to_end(tmp_path, capsys):
     assert row["rollouts_spent"] <= 16 * 64
 
 
-@pytest.mark.parametrize("bad", [["--allocator", "greedy"], ["--steps", "0"], ["--steps", "many"]])
-def test_demo_rejects_bad_options(bad, capsys):
+@pytest.mark.parametrize("bad, says", [
+    (["--allocator", "greedy"], "invalid choice"), (["--steps", "0"], "positive integer"),
+    (["--steps", "many"], "positive integer"), (["--advantage-baseline", "all_rollouts"], "invalid choice"),
+    (["--probe", "2"], "leave --probe at 0 or choose another --allocator"),
+    (["--advantage-baseline", "group"], "choose --advantage-baseline history, or another --allocator"),
+    (["--allocator", "reinforce_ada", "--probe", "2"], "Reinforce-Ada generates in rounds of its own"),
+])
+def test_demo_rejects_bad_options(bad, says, capsys, tmp_path):
     with pytest.raises(SystemExit) as exit_info:
-        main(["demo", *bad])
+        main(["demo", *bad, "--output-dir", str(tmp_path)])
     assert exit_info.value.code == 2
-    assert "error" in capsys.readouterr().err
+    error = capsys.readouterr().err
+    assert "error" in error and says in error
+    assert not list(tmp_path.iterdir())  # refused before anything was written
 
 
 def test_module_entry_point_help():
@@ -270,6 +283,27 @@ def test_fourth_study_quick_resumes_and_reports_its_preregistered_figures(tmp_pa
     assert again["primary"] == result["primary"] and again["arms"] == result["arms"]
 
 
+def test_a_fourth_study_run_that_dynamic_sampling_stops_at_its_cap_is_stored_as_stopped(tmp_path, monkeypatch):
+    import fourth_study
+
+    # In sorting, a warm-started batch leaves most prompts' rollouts agreeing: one generation batch cannot fill it.
+    label, (generations, most, settings, regimes) = "dynamic-sampling", fourth_study.ARMS["dynamic-sampling"]
+    monkeypatch.setitem(fourth_study.ARMS, label, (generations, most,
+                                                   {**settings, "budget_dynamic_sampling_max_gen_batches": 1}, regimes))
+    run_cache = tmp_path / "run_cache"
+    stopped = fourth_study.study_run("sorting", label, 300, True, run_cache)["result"]
+    assert stopped["stopped"].startswith(fourth_study.DYNAMIC_SAMPLING_CAP) and stopped["stopped_at_update"] == 0
+    assert [point["step"] for point in stopped["curve"]] == [0]
+    assert fourth_study.study_run("sorting", label, 300, True, run_cache, train=False)["result"] == stopped
+
+    # Its comparisons keep their place in the family, never rejected; the arm reports where it stopped.
+    finished = {("sorting", "uniform-n8", 300): {"curve": [{"step": 1, "accuracy": 0.5}]}}
+    tests = fourth_study.family(finished, fourth_study.SECONDARY["sorting"], [300],
+                                {("sorting", label, 300): stopped})
+    name = fourth_study.comparison_name(("sorting", label, fourth_study.BASELINE))
+    assert tests[name]["unfinished"] and tests[name]["holm"]["significant"] is False
+
+
 def test_fourth_study_trains_only_with_the_code_its_runs_executed(tmp_path, monkeypatch):
     import fourth_study
 
@@ -289,6 +323,20 @@ def test_the_demo_prints_the_answer_the_study_recorded():
     low, high = primary["ci95"]
     assert f"**{primary['diff'] * 100:+.2f} point**" in readme
     assert f"[{low * 100:+.2f}, {high * 100:+.2f}]".replace("-", "−") in readme
+
+
+def test_the_demo_prints_the_answer_the_fourth_study_recorded_for_its_default_pair():
+    from trl_budget.cli import BASELINE_ANSWER, DEMO_ALLOCATOR, DEMO_BASELINE, study_answer
+
+    study = json.loads((ROOT / "benchmarks" / "results" / "fourth_study.json").read_text())
+    recorded = json.loads(BASELINE_ANSWER.read_text())
+    primary = study["primary"][recorded["comparison"]]
+    assert recorded["comparison"] == "arithmetic: uniform-n8-history - uniform-n8"
+    assert (DEMO_ALLOCATOR, DEMO_BASELINE) == ("uniform", "history")
+    assert recorded["primary"] == {name: primary[name] for name in recorded["primary"]}
+    low, high = primary["ci95"]
+    assert f"{primary['diff'] * 100:+.2f} points" in study_answer(BASELINE_ANSWER)
+    assert f"[{low * 100:+.2f}, {high * 100:+.2f}]" in recorded["answer"]
 
 
 def test_the_readme_states_the_third_studys_primary_answer_as_recorded():
@@ -319,12 +367,13 @@ def test_the_readme_states_the_fourth_studys_primaries_as_recorded():
 def test_the_readme_states_the_demos_recorded_figures():
     # benchmarks/results/demo.json: what `trl-budget demo` printed, and the digest of the code that printed it.
     demo = json.loads((ROOT / "benchmarks" / "results" / "demo.json").read_text())
-    knapsack, uniform = demo["summary"]["knapsack"], demo["summary"]["uniform"]
+    history, uniform = demo["summary"]["uniform-history"], demo["summary"]["uniform"]
     readme = " ".join((ROOT / "README.md").read_text().split())
-    assert (f"({knapsack['effective_ratio_mean']:.3f} against {uniform['effective_ratio_mean']:.3f}) and ends at "
-            f"{knapsack['final_accuracy_mean']:.3f} against uniform's {uniform['final_accuracy_mean']:.3f}") in readme
+    assert (f"({history['effective_ratio_mean']:.3f} against {uniform['effective_ratio_mean']:.3f}) and ends at "
+            f"{history['final_accuracy_mean']:.3f} against uniform's {uniform['final_accuracy_mean']:.3f}") in readme
     assert f"({demo['seconds_on_2_cores']} seconds on 2 cores" in readme
-    assert f"greedy accuracy {knapsack['start_accuracy']:.3f}" in readme and len(demo["code"]) == 16
+    assert f"greedy accuracy {history['start_accuracy']:.3f}" in readme and len(demo["code"]) == 16
+    assert demo["command"] == "trl-budget demo"
 
 
 def test_a_stored_run_is_keyed_by_its_settings(tmp_path):

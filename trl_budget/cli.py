@@ -15,22 +15,34 @@ from .allocators import allocator_names
 from .demo.settings import REINFORCE_ADA_AT_EQUAL_COST, REINFORCE_ADA_TRAINED, RLSettings, WarmStartSettings
 
 
-# The variant the allocation study's primary comparison is about (benchmarks/allocation_study.py).
-DEMO_ALLOCATOR, DEMO_PROBE = "knapsack", 0
-STUDY_ANSWER = Path(__file__).with_name("demo") / "study_answer.json"  # written by the study from its stored runs
+# The demo's default is what the fourth study found pays in this regime: uniform GRPO with each prompt's history as
+# its advantage baseline, against uniform GRPO (benchmarks/fourth_study.py, its first primary comparison).
+DEMO_ALLOCATOR, DEMO_PROBE, DEMO_BASELINE = "uniform", 0, "history"
+DEMO_BASELINES = ("group", "history")  # the two the fourth study compares; Reinforce-Ada's own is its default
+# Each written by its study from its stored runs: the allocation study's (an allocator against uniform GRPO) and the
+# fourth study's (the history baseline against GRPO's group baseline, uniform GRPO both).
+STUDY_ANSWER = Path(__file__).with_name("demo") / "study_answer.json"
+BASELINE_ANSWER = Path(__file__).with_name("demo") / "baseline_answer.json"
 WHAT_YOU_SEE = (
     "What you see: greedy held-out accuracy against rollouts spent for {variant} and for uniform GRPO at the same "
     "budget (left), the share of rollouts that carry a gradient (middle), and how many rollouts each prompt got "
-    "(right). One seed moves a point either way; the allocation study of this regime answers with 20 paired seeds "
+    "(right). One seed moves a point either way; {study} of this regime answers with 20 paired seeds "
     "(docs/benchmarks.md): {answer}"
 )
 
 
-def study_answer() -> str:
-    """The allocation study's answer as it recorded it, or why there is none."""
-    if not STUDY_ANSWER.exists():
-        return "not recorded in this copy (benchmarks/allocation_study.py writes it)."
-    return json.loads(STUDY_ANSWER.read_text())["answer"]
+def study_answer(answer: Path = STUDY_ANSWER) -> str:
+    """A study's answer as it recorded it (default: the allocation study's), or why there is none."""
+    if not answer.exists():
+        return f"not recorded in this copy (its study writes {answer.name})."
+    return json.loads(answer.read_text())["answer"]
+
+
+def what_you_see(variant: str, baseline: str | None) -> str:
+    """The closing sentence: the study that answers for the variant's seed-0 figures."""
+    if baseline == "history":
+        return WHAT_YOU_SEE.format(variant=variant, study="the fourth study", answer=study_answer(BASELINE_ANSWER))
+    return WHAT_YOU_SEE.format(variant=variant, study="the allocation study", answer=study_answer())
 
 
 MAX_SEED = 2**32 - 1  # numpy's legacy seeding, which transformers' set_seed calls, takes nothing larger
@@ -77,12 +89,18 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     demo = commands.add_parser(
         "demo",
-        help="train a tiny model on built-in arithmetic with an allocator and with uniform GRPO, and compare",
+        help="train a tiny model on built-in arithmetic with an allocator or advantage baseline and with uniform "
+        "GRPO, and compare",
         description="Warm-start a tiny model on built-in arithmetic (cached), then train it with BudgetGRPOTrainer "
-        "and with the uniform GRPO baseline at the same rollout budget; print a table and write a PNG report.",
+        "(by default uniform GRPO with the history advantage baseline) and with uniform GRPO at the same rollout "
+        "budget; print a table and write a PNG report.",
     )
-    demo.add_argument("--allocator", choices=[name for name in allocator_names() if name != "uniform"],
-                      default=DEMO_ALLOCATOR, help=f"allocator to compare with uniform GRPO (default: {DEMO_ALLOCATOR})")
+    demo.add_argument("--allocator", choices=allocator_names(), default=DEMO_ALLOCATOR,
+                      help=f"allocator of the run compared with uniform GRPO (default: {DEMO_ALLOCATOR})")
+    demo.add_argument("--advantage-baseline", choices=DEMO_BASELINES, default=None,
+                      help=f"what each reward is compared with in that run: BudgetGRPOConfig's advantage_baseline "
+                      f"(default: {DEMO_BASELINE} with the uniform allocator, else the allocator's own: GRPO's group, "
+                      "Reinforce-Ada's all rollouts)")
     demo.add_argument("--probe", type=_probe, default=DEMO_PROBE,
                       help=f"rollouts of every prompt in a probe stage before allocating (default: {DEMO_PROBE}; 0: none)")
     demo.add_argument("--steps", type=_positive, default=RLSettings.study().steps,
@@ -95,19 +113,30 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--warm-start-steps", type=_positive, default=WarmStartSettings.steps,
                       help=f"supervised steps of the warm start (default: {WarmStartSettings.steps})")
     demo.add_argument("--rebuild-cache", action="store_true", help="redo the warm start even if it is cached")
-    demo.add_argument("--no-baseline", action="store_true", help="skip the uniform GRPO baseline run")
+    demo.add_argument("--no-baseline", action="store_true", help="skip the uniform GRPO run it is compared with")
     demo.set_defaults(subparser=demo)  # whose usage line a usage error prints
     commands.add_parser("grpo", add_help=False, help="TRL's own GRPO script with BudgetGRPOTrainer, under accelerate, "
                         "as `trl grpo`: every recipe and flag of `trl grpo`, plus the budget settings")
     return parser
 
 
-def demo_variant(allocator: str, probe: int, settings: RLSettings) -> tuple[RLSettings, dict]:
-    """The RL settings and config options of the demo's allocator run. Reinforce-Ada trains K = 4 rollouts of each
-    prompt and generates as many as uniform does (the third study's arm); the others train what they generate."""
+def demo_baseline(options: argparse.Namespace) -> str | None:
+    """The compared run's advantage baseline: the one asked for; else the history with the uniform allocator (the
+    demo's default pair), the allocator's own otherwise (None)."""
+    if options.advantage_baseline is not None:
+        return options.advantage_baseline
+    return DEMO_BASELINE if options.allocator == "uniform" else None
+
+
+def demo_variant(allocator: str, probe: int, baseline: str | None,
+                 settings: RLSettings) -> tuple[str, RLSettings, dict]:
+    """The label, RL settings and config options of the demo's compared run. Reinforce-Ada trains K = 4 rollouts of
+    each prompt and generates as many as uniform does (the third study's arm); the others train what they generate."""
+    label = allocator + (f"-probe{probe}" if probe else "") + (f"-{baseline}" if baseline else "")
+    options = {} if baseline is None else {"advantage_baseline": baseline}
     if allocator != "reinforce_ada":
-        return settings, {"budget_probe_generations": probe}
-    return replace(settings, num_generations=REINFORCE_ADA_TRAINED), dict(REINFORCE_ADA_AT_EQUAL_COST)
+        return label, settings, {**options, **({"budget_probe_generations": probe} if probe else {})}
+    return label, replace(settings, num_generations=REINFORCE_ADA_TRAINED), {**options, **REINFORCE_ADA_AT_EQUAL_COST}
 
 
 # The demo's runs go through transformers' checkpointing switches, which its v5 renamed: the renames' FutureWarnings
@@ -129,8 +158,9 @@ def run_demo(options: argparse.Namespace) -> dict:
                             rebuild=options.rebuild_cache)
     print(f"warm-started model: {model_path}")
     settings = RLSettings.study(options.steps)
-    label = options.allocator + (f"-probe{options.probe}" if options.probe else "")
-    variants = [(label, options.allocator, *demo_variant(options.allocator, options.probe, settings))]
+    baseline = demo_baseline(options)
+    label, variant_settings, overrides = demo_variant(options.allocator, options.probe, baseline, settings)
+    variants = [(label, options.allocator, variant_settings, overrides)]
     if not options.no_baseline:
         variants.append(("uniform", "uniform", settings, {}))
     runs = []
@@ -148,11 +178,24 @@ def run_demo(options: argparse.Namespace) -> dict:
     print()
     print(format_table(summary))
     print()
-    print(WHAT_YOU_SEE.format(variant=label, answer=study_answer()))
+    print(what_you_see(label, baseline))
     print()
     print(f"report:  {report_path}")
     print(f"results: {results_path}")
     return summary
+
+
+def refuse_demo_options(options: argparse.Namespace) -> None:
+    """Stop with a usage error, before any work, on a pair the demo cannot run or that compares nothing."""
+    error = options.subparser.error
+    if options.allocator == "reinforce_ada" and options.probe:
+        error("argument --probe: Reinforce-Ada generates in rounds of its own; leave --probe at 0")
+    if options.allocator == "uniform" and options.probe:
+        error("argument --probe: the uniform allocator gives every prompt the same rollouts, so a probe stage changes "
+              "nothing; leave --probe at 0 or choose another --allocator")
+    if options.allocator == "uniform" and demo_baseline(options) == "group" and not options.no_baseline:
+        error("argument --advantage-baseline: uniform with the group baseline is the uniform GRPO run the demo "
+              "compares with; choose --advantage-baseline history, or another --allocator")
 
 
 def check_demo_folders(parser: argparse.ArgumentParser, options: argparse.Namespace) -> None:
@@ -300,8 +343,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     options = parser.parse_args(argv)
     if options.command == "demo":
-        if options.allocator == "reinforce_ada" and options.probe:
-            options.subparser.error("argument --probe: Reinforce-Ada generates in rounds of its own; leave --probe at 0")
+        refuse_demo_options(options)
         check_demo_folders(options.subparser, options)
         try:
             import matplotlib  # noqa: F401
