@@ -38,9 +38,10 @@ def study_answer(answer: Path = STUDY_ANSWER) -> str:
     return json.loads(answer.read_text())["answer"]
 
 
-def what_you_see(variant: str, baseline: str | None) -> str:
-    """The closing sentence: the study that answers for the variant's seed-0 figures."""
-    if baseline == "history":
+def what_you_see(variant: str, allocator: str, baseline: str | None) -> str:
+    """The closing sentence: the study that answers for the variant's seed-0 figures (the fourth study for the
+    default pair, whose first primary it is; the allocation study for an allocator)."""
+    if (allocator, baseline) == (DEMO_ALLOCATOR, DEMO_BASELINE):
         return WHAT_YOU_SEE.format(variant=variant, study="the fourth study", answer=study_answer(BASELINE_ANSWER))
     return WHAT_YOU_SEE.format(variant=variant, study="the allocation study", answer=study_answer())
 
@@ -178,7 +179,7 @@ def run_demo(options: argparse.Namespace) -> dict:
     print()
     print(format_table(summary))
     print()
-    print(what_you_see(label, baseline))
+    print(what_you_see(label, options.allocator, baseline))
     print()
     print(f"report:  {report_path}")
     print(f"results: {results_path}")
