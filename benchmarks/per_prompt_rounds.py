@@ -21,9 +21,9 @@ round queued as soon as its own round has finished), beside uniform n = 8.
 - Paths, batch by batch, in an order that rotates from batch to batch: `uniform-n8` (one request of every prompt with
   n = 8), `rounds` (one blocking `generate` per round of the schedule), `per-prompt` (every prompt's first round added
   to the engine at once; the engine stepped; when all of a prompt's rollouts of a round have finished, its next round
-  is decided and added if the decision is provably the prompt's own, `PerPromptSchedule`; once every prompt has
-  stopped or waits, one blocking request a round for the rest; the rounds it generates are checked against the
-  synchronous schedule, batch by batch), `foreseen` (the same with the first shared round known in advance, which no
+  is decided and added if the decision is provably the prompt's own (the package's `per_prompt.PerPromptSchedule`,
+  fed the recorded outcomes); once every prompt has stopped or waits, one blocking request a round for the rest; the
+  rounds it generates are checked against the synchronous schedule, batch by batch), `foreseen` (the same with the first shared round known in advance, which no
   path deciding as it goes can know: a bound for `per-prompt`), and `unshared` (no wait at all: what these rollouts
   would cost under a rule whose prompts share no budget). Scoring replays recorded outcomes, so it takes no time on
   any path; what differs is only when each request reaches the engine. `--jobs mode:rule/path ...` chooses which run:
@@ -53,7 +53,7 @@ sys.path[:0] = [str(ROOT / "benchmarks")]
 from coverage_replay import reinforce_ada, sampled_outcomes  # noqa: E402
 from length_model import CLASSES, build_length_model, class_means, class_of_pass_rate  # noqa: E402
 
-from trl_budget.allocators.reinforce_ada import has_enough_signal  # noqa: E402
+from trl_budget.per_prompt import PerPromptSchedule  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 PATHS = ("rounds", "per-prompt", "foreseen", "unshared")
@@ -75,107 +75,42 @@ def rounds_until_mixed(first: int, per_round: int, most: int):
     return build
 
 
-def own_asks(rule, counts: np.ndarray, wins: np.ndarray, trials: np.ndarray, round_index) -> np.ndarray:
-    """What the rule gives each prompt in round `round_index` (after the first; one per prompt, or one for all) from
-    the prompt's own rollouts alone, before any decision its prompts share (a cut by the budget, the top-up of what it
-    left): its rollouts of a round while it runs, 0 once it has stopped. A prompt stops for good: a success (or a
-    mixed group) stays, and so do its cap and the rounds' limit."""
-    if hasattr(rule, "settings"):  # Reinforce-Ada: samples_per_round for every prompt not finished
-        settings = rule.settings
-        going = ~has_enough_signal(settings.choice, wins, trials - wins, settings.keep)
-        return np.where(going & (np.asarray(round_index) < settings.max_rounds), settings.samples_per_round, 0)
-    going = ~((wins > 0) & (wins < trials)) & (counts < rule.most)  # rounds until mixed
-    if rule.max_rounds is not None:
-        going &= np.asarray(round_index) < rule.max_rounds
-    return np.where(going, np.minimum(rule.per_round, rule.most - counts), 0)
-
-
 def uncapped_ask(rule, rounds) -> int | None:
     """What the rule's active prompts ask for in the next round before its shared budget is applied; None for a first
     round (every prompt's, from no evidence)."""
     if len(rounds) == 0:
         return None
-    return int(own_asks(rule, rounds.counts, rounds.wins, rounds.trials, len(rounds)).sum())
+    return int(rule.own_asks(rounds.counts, rounds.wins, rounds.trials, len(rounds)).sum())
 
 
-class PerPromptSchedule:
-    """The rounds of one batch prompt by prompt, deciding exactly as the round-synchronous rule does, with no
-    foreknowledge: a prompt's next round is decided as soon as its own round has finished, when the decision provably
-    depends on nothing but its own outcomes; otherwise it waits, and once every prompt has finished or waits, the rest
-    is decided round by round on every prompt's outcomes, as the synchronous path decides it.
-
-    Provably its own: the rule cuts no round up to round r as long as every prompt's rollouts through round r, however
-    its undecided rounds turn out (the most a round gives a prompt, within its cap), fit the batch's budget; then each
-    prompt's round r is what it asks from its own outcomes. What is known only grows, so the bound only falls: whether
-    a prompt may go on never depends on which completion finished first, only on when it goes on.
-
-    `outcomes[p]`: prompt p's recorded outcomes, earned in order from the first (as `schedule` replays them).
-    """
+class ReplayedPerPrompt:
+    """The package's `PerPromptSchedule` on recorded outcomes: `outcomes[p]`, prompt p's recorded outcomes, earned in
+    order from the first (as `schedule` replays them)."""
 
     def __init__(self, rule, outcomes: np.ndarray):
         self.rule, self.outcomes = rule, outcomes
-        prompts = len(outcomes)
-        if hasattr(rule, "settings"):  # Reinforce-Ada
-            self.budget, self.most_a_round = rule.settings.generation_cap(prompts), rule.settings.samples_per_round
-            self.cap = np.inf
-        else:
-            self.budget, self.most_a_round, self.cap = rule.budget, rule.per_round, rule.most
-        self.rounds: list[np.ndarray] = []  # each round's rollouts of every prompt, as decided so far
-        self.counts = np.zeros(prompts, dtype=np.int64)  # rollouts decided so far, each prompt
-        self.wins, self.trials = np.zeros(prompts), np.zeros(prompts)
-        self.last_round = np.zeros(prompts, dtype=np.int64)  # each prompt's last round decided
-        self.stopped = np.zeros(prompts, dtype=bool)
-        self.waiting: dict[int, tuple[int, int]] = {}  # prompt -> (the round it waits for, what its outcomes ask)
+        self.ahead = PerPromptSchedule(rule, len(outcomes))
+        self.earned = np.zeros(len(outcomes), dtype=np.int64)  # recorded outcomes earned so far, each prompt
+
+    @property
+    def rounds(self) -> list[np.ndarray]:
+        return self.ahead.rounds
 
     def first_round(self) -> np.ndarray:
-        from trl_budget.rounds import GeneratedRounds
-
-        first = np.asarray(self.rule.next_round(GeneratedRounds(len(self.outcomes), 1, 0)), dtype=np.int64)
-        self._decide(np.arange(first.size), 0, first)
-        return first
+        return self.ahead.first_round()
 
     def finished(self, prompt: int, round_index: int) -> list[tuple[int, int, int]]:
-        """Prompt `prompt`'s round `round_index` has finished: its outcomes are counted; returns the rounds that may
-        go now, (prompt, round, rollouts) each."""
-        count, used = int(self.rounds[round_index][prompt]), int(self.trials[prompt])
-        earned = np.resize(self.outcomes[prompt], used + count)[used:]  # as `add_replayed` earns them
-        self.wins[prompt] += earned.sum()
-        self.trials[prompt] += count
-        ask = int(own_asks(self.rule, self.counts[prompt], self.wins[prompt], self.trials[prompt], round_index + 1))
-        if ask == 0:
-            self.stopped[prompt] = True
-        else:
-            self.waiting[prompt] = (round_index + 1, ask)
-        return self._release()
+        """Prompt `prompt`'s round `round_index` has finished; the rounds that may go now, (prompt, round, rollouts)."""
+        count, used = int(self.ahead.rounds[round_index][prompt]), int(self.earned[prompt])
+        self.earned[prompt] += count
+        return self.ahead.finished(prompt, round_index, np.resize(self.outcomes[prompt], used + count)[used:])
 
-    def rest(self) -> list[np.ndarray]:
+    def rest(self) -> list[list[int]]:
         """Once every prompt has stopped or waits: the batch's further rounds, decided round by round by the rule on
         every prompt's outcomes (a round the budget cuts, the top-up), as the synchronous path decides them."""
-        if len(self.waiting) != int((~self.stopped).sum()):
-            raise RuntimeError("the rest of the batch is decided only once every prompt has stopped or waits.")
-        generated = replayed_rounds(self.rounds, self.outcomes)
-        return schedule(self.rule, self.outcomes, generated)[0][len(self.rounds):]
-
-    def _release(self) -> list[tuple[int, int, int]]:
-        going = []
-        for prompt, (round_index, ask) in sorted(self.waiting.items()):
-            if self._worst_case_through(round_index) <= self.budget:
-                del self.waiting[prompt]
-                self._decide(np.array([prompt]), round_index, np.array([ask]))
-                going.append((prompt, round_index, ask))
-        return going
-
-    def _worst_case_through(self, round_index: int) -> float:
-        """The most rollouts the rule can give all prompts through round `round_index`, from what is known now."""
-        undecided = np.where(self.stopped, 0, np.maximum(round_index - self.last_round, 0))
-        return float(np.minimum(self.counts + undecided * self.most_a_round, np.maximum(self.cap, self.counts)).sum())
-
-    def _decide(self, prompts: np.ndarray, round_index: int, counts: np.ndarray) -> None:
-        while len(self.rounds) <= round_index:
-            self.rounds.append(np.zeros(len(self.outcomes), dtype=np.int64))
-        self.rounds[round_index][prompts] = counts
-        self.counts[prompts] += counts
-        self.last_round[prompts] = round_index
+        generated = self.ahead.synchronous_rounds()
+        decided = len(generated)  # `schedule` goes on adding to it
+        return schedule(self.rule, self.outcomes, generated)[0][decided:]
 
 
 # rounds until mixed at the third study's setting, and in few, large rounds (the remedy docs/rounds.md names)
@@ -228,7 +163,7 @@ def per_prompt_schedule(rule, outcomes: np.ndarray, rng: np.random.Generator | N
                         ) -> tuple[list[list[int]], int]:
     """`PerPromptSchedule`'s rounds without an engine, each prompt's round finishing in turn (first queued, first
     finished) or in an order drawn by `rng`; and how many of them were decided prompt by prompt before the rest."""
-    ahead = PerPromptSchedule(rule, outcomes)
+    ahead = ReplayedPerPrompt(rule, outcomes)
     in_flight = [(p, 0) for p in np.flatnonzero(ahead.first_round())]
     while in_flight:
         prompt, round_index = in_flight.pop(0 if rng is None else int(rng.integers(len(in_flight))))
@@ -276,7 +211,7 @@ class Paths:
         """Each prompt's next round sent as soon as its own round has finished and the rule's decision is provably
         its own (`PerPromptSchedule`); once every prompt has stopped or waits, one blocking request a round for the
         rest. Returns the rounds generated, each prompt's rollouts in each."""
-        ahead = PerPromptSchedule(rule, outcomes)
+        ahead = ReplayedPerPrompt(rule, outcomes)
         self.submit_round(letters, ahead.first_round(), 0)
         self.drain(lambda key: [self.submit((p, r), letters[p], count) for p, r, count in ahead.finished(*key)])
         rest = ahead.rest()

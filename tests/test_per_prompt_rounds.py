@@ -71,7 +71,7 @@ def test_a_prompt_runs_ahead_while_the_budget_cannot_bind_and_waits_where_it_mig
 
 
 def test_the_rest_waits_for_every_prompt():
-    ahead = per_prompt_rounds.PerPromptSchedule(per_prompt_rounds.RULES["reinforce-ada-positive"](), FAILING)
+    ahead = per_prompt_rounds.ReplayedPerPrompt(per_prompt_rounds.RULES["reinforce-ada-positive"](), FAILING)
     ahead.first_round()
     with pytest.raises(RuntimeError, match="every prompt has stopped or waits"):
         ahead.rest()

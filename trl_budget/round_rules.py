@@ -113,6 +113,24 @@ class UntilMixed:
         # The budget left is a multiple of the processes, and so is the room below the cap: raising always fits.
         return rounded_to_processes(wanted, self.most - counts, self.budget - int(counts.sum()), self.processes)
 
+    # ------------------------------------------------------------- prompt by prompt (`per_prompt.PerPromptSchedule`)
+
+    def own_asks(self, counts: np.ndarray, wins: np.ndarray, trials: np.ndarray, round_index: int) -> np.ndarray:
+        """What each prompt's own rollouts ask of round `round_index` (after the first), before the rule's shared
+        decisions (the budget's cut, the rounding to the processes, the top-up): `per_round` more while it is neither
+        mixed nor at its cap and rounds are left, else 0 (for good: a mixed prompt stays mixed)."""
+        going = ~((wins > 0) & (wins < trials)) & (counts < self.most)
+        if self.max_rounds is not None:
+            going &= round_index < self.max_rounds
+        return np.where(going, np.minimum(self.per_round, self.most - counts), 0)
+
+    def bounds_of_asks(self, prompts: int) -> tuple[int, int, int] | None:
+        """The batch's budget, the most one round asks of a prompt and the most a prompt gets; None where a round's
+        rounding to the processes may move rollouts between prompts (then no prompt decides alone)."""
+        if any(amount % self.processes for amount in (self.first, self.per_round, self.most)):
+            return None
+        return self.budget, self.per_round, self.most
+
 
 def top_up(allocator, pass_rates: np.ndarray, counts: np.ndarray, spare: int, failure_rate, most: int) -> np.ndarray:
     """`counts` plus `spare` rollouts, spread by the allocator's value: its own `top_up` where it has one (knapsack,

@@ -174,6 +174,24 @@ class ReinforceAdaRounds:
                                     where=rounds.trials > 0)  # the batch's own evidence
         return None
 
+    def own_asks(self, counts: np.ndarray, wins: np.ndarray, trials: np.ndarray, round_index: int) -> np.ndarray:
+        """What each prompt's own rollouts ask of round `round_index` (after the first), before the generation cap's
+        cut: `samples_per_round` while it lacks the signal its exit rule needs and rounds are left, else 0 (for good:
+        its successes and failures only grow)."""
+        settings = self.settings
+        lacking = ~has_enough_signal(settings.choice, wins, trials - wins, settings.keep)
+        return np.where(lacking & (round_index < settings.max_rounds), settings.samples_per_round, 0)
+
+    def bounds_of_asks(self, prompts: int) -> tuple[int, int, int] | None:
+        """The batch's generation cap, the most one round asks of a prompt and the most a prompt gets (no cap of
+        its own: the rounds bound it); None where a round's rounding to the processes may move rollouts between
+        prompts (then no prompt decides alone)."""
+        settings = self.settings
+        if settings.samples_per_round % self.processes:
+            return None
+        return (settings.generation_cap(prompts), settings.samples_per_round,
+                settings.samples_per_round * settings.max_rounds)
+
     def trained_slots(self, rounds) -> tuple[np.ndarray, np.ndarray]:
         """The plan slots of the rows trained (K of each prompt, prompt by prompt) and K per prompt."""
         outcomes = rounds.outcomes_in_plan_order()
