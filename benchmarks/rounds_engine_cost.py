@@ -24,6 +24,9 @@ request per round) and colocate (an in-process engine, one `generate` call per r
   model's lengths are the benchmark's, so it is not updated (the updates are skipped), and a batch's 8 micro-batches
   make one update, so that no old log-probabilities are computed on the CPU: a timed batch is the engine's
   generation, the scoring and the rule's work.
+- `--arms ...-per-prompt` (colocate only): `rounds-uniform`, `rounds-uniform-large` and `reinforce-ada-positive` with
+  `budget_per_prompt_rounds=True`, each prompt's next round sent as soon as its own round is scored; the replayed
+  outcomes give them the same rounds as their round-synchronous selves.
 - Timed: each generation batch's `_generate_and_score_completions` (every round's generation, scoring, the rule's
   decisions, merging, advantages). The updates are not timed. Arms alternate (repeats in opposite orders), and each
   batch's time is compared with uniform n = 8's batch of the same index and repeat: the ratio is taken side by side.
@@ -66,6 +69,8 @@ DYNAMIC_SAMPLING = (8, 128, {"budget_allocator": "uniform", "budget_dynamic_samp
 EXTRA_ARMS = {"dynamic-sampling": DYNAMIC_SAMPLING,
               "rounds-uniform-large": (8, 16, {"budget_allocator": "uniform", "budget_first_round_generations": 4,
                                                "budget_round_generations": 4})}
+# The same rules with each prompt's next round sent as soon as its own round is scored (colocate only).
+PER_PROMPT = ("rounds-uniform", "rounds-uniform-large", "reinforce-ada-positive")
 REAL_LENGTHS = {"shortest": 100, "longest": 500, "cap": 2000}  # mean lengths by difficulty, and the cap
 LOW_OCCUPANCY = 1 / 8  # of a batch's rollouts in flight: below it, the engine is nearly idle
 
@@ -174,14 +179,21 @@ def completion_cap(lengths: str) -> int:
     return REAL_LENGTHS["cap"] if lengths == "real" else 8
 
 
+def all_arms() -> dict[str, tuple[int, int, dict]]:
+    """Every arm this benchmark can time: the third study's, the extra ones, and the per-prompt versions of rules."""
+    from rounds_study import ARMS
+
+    arms = {**ARMS, **EXTRA_ARMS}
+    return {**arms, **{f"{label}-per-prompt": (*arms[label][:2], {**arms[label][2], "budget_per_prompt_rounds": True})
+                       for label in PER_PROMPT}}
+
+
 def train_arm(label: str, mode: str, model: Path, outcomes: np.ndarray, batches: int, seed: int, port: int,
               lengths: str = "copy") -> list:
     """Train `batches` generation batches of one arm; each batch's seconds, rounds, rollouts generated and trained."""
-    from rounds_study import ARMS
-
     from trl_budget import BudgetGRPOConfig
 
-    num_generations, most, options = {**ARMS, **EXTRA_ARMS}[label]
+    num_generations, most, options = all_arms()[label]
     rows_per_update = PROMPTS_PER_BATCH * num_generations // UPDATES_PER_BATCH
     engine = ({"vllm_mode": "server", "vllm_server_host": "127.0.0.1", "vllm_server_port": port} if mode == "server"
               else {"vllm_mode": "colocate", "vllm_gpu_memory_utilization": 0.1,
@@ -320,9 +332,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2, help="runs of every arm, in alternating orders")
     parser.add_argument("--skip", type=int, default=1, help="first batches of every run left untimed (warm-up)")
     parser.add_argument("--modes", nargs="+", default=["server", "colocate"], choices=["server", "colocate"])
-    from rounds_study import ARMS
-
-    parser.add_argument("--arms", nargs="+", choices=[*ARMS, *EXTRA_ARMS],
+    parser.add_argument("--arms", nargs="+", choices=list(all_arms()),
                         help="the arms to time (uniform-n8 always); default: the third study's rounds arms")
     parser.add_argument("--lengths", choices=["copy", "real"], default="copy",
                         help="completions of the copy task (at most 8 tokens), or reasoning-like lengths")

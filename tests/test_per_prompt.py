@@ -151,3 +151,17 @@ def test_a_rule_that_shares_every_later_round_decides_nothing_prompt_by_prompt()
         assert schedule.finished(prompt, 0, [0.0, 0.0]) == []
     rounds = schedule.synchronous_rounds()
     assert rule.next_round(rounds).tolist() == [6] * PROMPTS
+
+
+def test_rows_scored_prompt_by_prompt_are_logged_in_the_order_scored_and_the_rest_round_by_round():
+    # two prompts; rounds 0 and 1 generated prompt by prompt, scored in the order: prompt 1's round 0, prompt 0's
+    # round 0 and 1; then a synchronous round 2 of one rollout each
+    rounds = GeneratedRounds(2, 1, 0)
+    for counts in ([1, 2], [1, 0], [1, 1]):
+        counts = np.array(counts)
+        rows = int(counts.sum())
+        rounds.add({}, np.arange(rows), counts, torch.zeros(rows), torch.zeros(rows), np.zeros(rows))
+    # plan: prompt 0's slots 0-2 (rounds 0, 1, 2), prompt 1's slots 3-5 (round 0 twice, round 2)
+    assert rounds.slot_order().tolist() == [0, 3, 4, 1, 2, 5]
+    rounds.rounds_ahead, rounds.logged_ahead = 2, np.array([1, 2, 0, 3])  # rows by index among rounds 0 and 1
+    assert rounds.logged_slot_order().tolist() == [3, 4, 0, 1, 2, 5]

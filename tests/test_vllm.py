@@ -113,6 +113,37 @@ def test_a_vllm_seed_is_refused_before_it_makes_every_rollout_the_same(tmp_path,
                           train_dataset=make_dataset(), processing_class=tokenizer)
 
 
+REINFORCE_ADA = {"budget_allocator": "reinforce_ada", "reinforce_ada_samples_per_round": 4}
+
+
+@pytest.mark.parametrize(
+    "overrides, trainer_options, message",
+    [
+        ({"budget_allocator": "knapsack"}, {}, r"^budget_per_prompt_rounds=True is read only by a rule that generates "
+                                               r"each batch in rounds decided prompt by prompt: .*this run's allocator "
+                                               r"is KnapsackAllocator.* Set budget_per_prompt_rounds=False"),
+        ({"budget_allocator": "uniform", "budget_dynamic_sampling": True}, {}, r"^budget_per_prompt_rounds=True is "
+                                                                               r"read only .* and dynamic sampling"),
+        ({**REINFORCE_ADA, "use_vllm": False}, {}, r"needs use_vllm=True; this run has use_vllm=False"),
+        ({**REINFORCE_ADA, "vllm_mode": "server"}, {}, r"needs vllm_mode='colocate'; this run has vllm_mode='server'"),
+        ({"budget_round_generations": 2, "vllm_enable_sleep_mode": True}, {},
+         r"stays awake between them, so it needs vllm_enable_sleep_mode=False"),
+        ({"budget_round_generations": 2, "vllm_tensor_parallel_size": 2}, {}, r"needs vllm_tensor_parallel_size=1"),
+        (REINFORCE_ADA, {"tools": [lambda x: x]}, r"single-turn completions .* was given tools"),
+    ],
+)
+def test_rounds_prompt_by_prompt_are_refused_where_they_cannot_run(tmp_path, tokenizer, monkeypatch, overrides,
+                                                                    trainer_options, message):
+    import trl.generation.vllm_generation as vllm_generation
+
+    monkeypatch.setattr(vllm_generation, "is_vllm_available", lambda: True)
+    settings = {"use_vllm": True, "vllm_mode": "colocate", "budget_per_prompt_rounds": True, **overrides}
+    args = BudgetGRPOConfig(**config_kwargs(tmp_path, **settings))
+    with pytest.raises(ValueError, match=message):
+        BudgetGRPOTrainer(model=build_tiny_model(tokenizer), reward_funcs=parity_reward, args=args,
+                          train_dataset=make_dataset(), processing_class=tokenizer, **trainer_options)
+
+
 gpu_and_vllm = pytest.mark.skipif(
     not (torch.cuda.is_available() and importlib.util.find_spec("vllm")), reason="needs a CUDA GPU and vLLM"
 )

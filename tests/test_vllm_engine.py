@@ -342,3 +342,23 @@ def test_colocate_mode_trains_with_an_in_process_engine(tmp_path, copy_model):
     assert report["weight_syncs"] >= 1
     # After a sync the engine's greedy answers equal the trained model's: the replaced sync really moved the weights.
     assert report["engine_greedy"] == report["model_greedy"]
+
+
+def test_colocate_rounds_prompt_by_prompt_give_each_prompt_its_rules_rollouts(tmp_path, copy_model):
+    # Reinforce-Ada with rewards scripted by prompt and a cap that binds in round 2 (colocate_run.py main_per_prompt):
+    # rounds 0 and 1 go prompt by prompt, round 2 is the rule's cut on every prompt, sent as one request.
+    script = Path(__file__).parent / "vllm_engine" / "colocate_run.py"
+    result = subprocess.run([sys.executable, str(script), str(copy_model), str(tmp_path), "per-prompt"],
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["steps"] == 3 and report["batches"] == 3
+    assert report["rounds"] == [[40, 24, 6]] * 3 and report["rounds_ahead"] == [2] * 3
+    assert report["logged_prompt_by_prompt"] == [2.0] * 3  # budget/rounds_prompt_by_prompt
+    # and exactly the rounds a fresh rule decides round by round on each batch's outcomes
+    assert report["rounds_as_the_rule_decides"]
+    assert report["rewarded_rows"] == 3 * 70  # every rollout scored once
+    # every completion was scored for the prompt it was generated from (the copy task: its first digit)
+    assert not report["strays"]
+    # rows were scored as their rounds finished, in more pieces than the batch has rounds
+    assert all(scorings > 3 for scorings in report["scorings"])

@@ -169,6 +169,12 @@ class BudgetGRPOConfig(GRPOConfig):
             Most rounds of sampling until mixed, the first included (each is one generation request); the allocator's
             top-up of the budget left is one more. `None`: until every prompt is mixed or capped, or the budget is
             spent.
+        budget_per_prompt_rounds (`bool`, *optional*, defaults to `False`):
+            With rounds (Reinforce-Ada, or rounds until mixed), send each prompt's next round to the colocated vLLM
+            engine as soon as its own round has finished and been scored, while the other prompts' rollouts keep
+            decoding, instead of one blocking request a round. A prompt goes on alone only while the rule's decision
+            for it is provably its own; the rest is decided round by round, so the batch gets exactly the rounds the
+            round-synchronous path gives it. `vllm_mode="colocate"` on one process, text prompts without tools.
 
         > Parameters of dynamic sampling (DAPO)
 
@@ -370,6 +376,12 @@ class BudgetGRPOConfig(GRPOConfig):
         default=None,
         metadata={"help": "With rounds, the most rounds of sampling until mixed, the first included. None: until every "
                   "prompt is mixed or capped, or the budget is spent."},
+    )
+    budget_per_prompt_rounds: bool = field(
+        default=False,
+        metadata={"help": "With rounds (Reinforce-Ada, rounds until mixed): send each prompt's next round to the "
+                  "colocated vLLM engine as soon as its own round is scored, deciding exactly as the round-synchronous "
+                  "path does. vllm_mode='colocate' on one process."},
     )
     budget_dynamic_sampling: bool = field(
         default=False,

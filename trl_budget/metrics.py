@@ -71,11 +71,13 @@ class BudgetMetrics:
         self.history["pass_rates"].extend(plan.pass_rates[~np.isnan(plan.pass_rates)].tolist())
 
     def record_rounds(self, rule, rounds, trained_counts: np.ndarray, prompt_stream=None) -> None:
-        """In every mode: the rounds the batch took (one engine request each), the rollouts generated and trained, the
-        prompts generated; with rounds until mixed or Reinforce-Ada, the share of prompts still active after each
+        """In every mode: the rounds the batch took (one engine request each, or prompt by prompt), the rollouts
+        generated and trained, the prompts generated; with rounds until mixed or Reinforce-Ada, the share of prompts still active after each
         round; with dynamic sampling (`prompt_stream`), the prompts whose rollouts differ and the passes over the
         data."""
         self.metrics["budget/rounds"].append(float(len(rounds)))
+        if rounds.logged_ahead is not None:  # budget_per_prompt_rounds: the rounds sent prompt by prompt
+            self.metrics["budget/rounds_prompt_by_prompt"].append(float(rounds.rounds_ahead))
         for index, share in enumerate(getattr(rule, "active_after_round", ()), start=1):
             self.metrics[f"budget/active_after_round_{index}"].append(share)
         self.metrics["budget/generated_rollouts"].append(float(rounds.counts.sum()))

@@ -20,7 +20,7 @@ import torch
 
 from .rollout_plan import stage_slots
 
-__all__ = ["GeneratedRounds", "TrainedRows", "gather_output", "merge_outputs"]
+__all__ = ["GeneratedRounds", "TrainedRows", "gather_output", "merge_outputs", "take_rows"]
 
 
 @dataclass
@@ -42,6 +42,9 @@ class GeneratedRounds:
         self.counts = np.zeros(num_prompts, dtype=np.int64)  # rollouts of each prompt so far
         self.wins = np.zeros(num_prompts)  # successes among its scored rollouts so far
         self.trials = np.zeros(num_prompts)  # its scored rollouts so far
+        # Rounds generated prompt by prompt (`per_prompt_engine`): how many, and the order TRL logged their rows in
+        # (each row's index among those rounds' rows, round by round).
+        self.rounds_ahead, self.logged_ahead = 0, None
 
     def __len__(self) -> int:
         return len(self.rounds)
@@ -100,6 +103,15 @@ class GeneratedRounds:
         """The plan slot of every row of the batch, round by round and process by process."""
         return np.concatenate(self.row_slots())
 
+    def logged_slot_order(self) -> np.ndarray:
+        """The plan slot of every row in the order TRL logged them: round by round, except the rows of rounds
+        generated prompt by prompt, logged as they were scored."""
+        slots = self.slot_order()
+        if self.logged_ahead is None:
+            return slots
+        ahead = int(sum(generated.counts.sum() for generated in self.rounds[: self.rounds_ahead]))
+        return np.concatenate([slots[:ahead][self.logged_ahead], slots[ahead:]])
+
     @property
     def in_plan_order_already(self) -> bool:
         """One round on one process: its rows are the plan's slots in order, nothing to permute."""
@@ -148,7 +160,7 @@ class GeneratedRounds:
         held = np.concatenate([self._slots_of(rank) for rank in range(self.processes)])
         row_of_slot = np.empty(held.size, dtype=np.int64)
         row_of_slot[held] = np.arange(held.size)
-        output = _take_rows(generated, row_of_slot[mine])
+        output = take_rows(generated, row_of_slot[mine])
         loss_mask = generated["completion_mask"] * generated.get("tool_mask", 1)
         output["num_items_in_batch"] = loss_mask[torch.as_tensor(row_of_slot[chosen], device=loss_mask.device)].sum()
         slot_order = np.arange(chosen.size)
@@ -232,7 +244,8 @@ def gather_output(output: dict, gather, pad_token_id: int) -> dict:
     return gathered
 
 
-def _take_rows(output: dict, rows: np.ndarray) -> dict:
+def take_rows(output: dict, rows: np.ndarray) -> dict:
+    """The generation output's `rows`, in that order (`num_items_in_batch`, a batch's total, left out)."""
     index = torch.as_tensor(rows)
     return {name: value[index.to(value.device)] for name, value in output.items() if name != "num_items_in_batch"}
 

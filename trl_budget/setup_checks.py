@@ -20,10 +20,13 @@ logger = logging.get_logger(__name__)
 __all__ = ["check_before_building", "check_prompt_id_column", "refuse_images_in_rounds"]
 
 
-def check_before_building(args: BudgetGRPOConfig, allocator, train_dataset, environment_factory) -> None:
-    """Every check of a run's settings against its dataset, allocator and agent options; warnings said once."""
+def check_before_building(args: BudgetGRPOConfig, allocator, train_dataset, agent_options: dict) -> None:
+    """Every check of a run's settings against its dataset, allocator and agent options (the trainer's `tools`,
+    `rollout_func` and `environment_factory` arguments); warnings said once."""
     refuse_seeded_vllm_generation(args)
-    check_agent_options(environment_factory, train_dataset, args)
+    check_agent_options(agent_options.get("environment_factory"), train_dataset, args)
+    if args.budget_per_prompt_rounds:
+        check_per_prompt_rounds(args, allocator, agent_options)
     check_prompt_id_column(args.prompt_id_column, train_dataset)
     check_prior_columns(args, train_dataset)
     prompts_per_batch = args.generation_batch_size // args.num_generations
@@ -69,6 +72,35 @@ def check_dynamic_sampling(allocator, dataset, prompts_per_generation_batch: int
             "budget_dynamic_sampling=False."
         )
     refuse_short_dataset(len(dataset), prompts_per_generation_batch)
+
+
+def check_per_prompt_rounds(args: BudgetGRPOConfig, allocator, agent_options: dict) -> None:
+    """Rounds prompt by prompt drive the colocated engine's requests themselves: a rule of rounds decided prompt by
+    prompt, one process, one engine that stays awake, single-turn text generation."""
+    fix = " Set budget_per_prompt_rounds=False to generate one blocking request a round."
+    if not (hasattr(allocator, "round_rule") or args.budget_round_generations) or args.budget_dynamic_sampling:
+        raise ValueError(
+            f"budget_per_prompt_rounds=True is read only by a rule that generates each batch in rounds decided prompt "
+            f"by prompt: budget_allocator='reinforce_ada', or rounds until mixed (budget_round_generations > 0); this "
+            f"run's allocator is {allocator!r} with budget_round_generations={args.budget_round_generations}"
+            f"{' and dynamic sampling' if args.budget_dynamic_sampling else ''}, which would ignore it.{fix}")
+    wanted = {"use_vllm": (args.use_vllm, True), "vllm_mode": (args.vllm_mode, "colocate"),
+              "vllm_enable_sleep_mode": (args.vllm_enable_sleep_mode, False),
+              "vllm_tensor_parallel_size": (args.vllm_tensor_parallel_size, 1)}
+    for name, (value, needed) in wanted.items():
+        if value != needed:
+            raise ValueError(
+                f"budget_per_prompt_rounds=True sends each prompt's rounds to an in-process vLLM engine that stays "
+                f"awake between them, so it needs {name}={needed!r}; this run has {name}={value!r}.{fix}")
+    if args.world_size != 1:
+        raise ValueError(
+            f"budget_per_prompt_rounds=True runs on one process for now; this run has {args.world_size}. Rounds "
+            f"prompt by prompt on several processes would need every process to score its rows in step.{fix}")
+    used = [name for name in ("tools", "rollout_func", "environment_factory") if agent_options.get(name)]
+    if used:
+        raise ValueError(
+            f"budget_per_prompt_rounds=True generates single-turn completions on the engine itself; the trainer was "
+            f"given {used[0]}, whose generation it would skip.{fix}")
 
 
 def refuse_seeded_vllm_generation(args: BudgetGRPOConfig) -> None:

@@ -33,6 +33,7 @@ from .checkpoint import restore_budget_state, resume_point, save_budget_state
 from .config import BudgetGRPOConfig
 from .dynamic_sampling import DynamicSampling, PromptStream
 from .metrics import BudgetMetrics, relog_advantages
+from .per_prompt_engine import generate_prompt_by_prompt
 from .prior import BUDGET_COLUMN_SETTINGS, history_pass_rates
 from .probe import fresh_pass_rates
 from .prompts import check_repeated_layout, has_images, keys_of
@@ -77,7 +78,7 @@ class BudgetGRPOTrainer(GRPOTrainer):
         self.allocator = allocator if allocator is not None else args.make_allocator()
         self.tracker = tracker if tracker is not None else args.make_tracker()
         train_dataset = kwargs.get("train_dataset", positional[0] if positional else None)
-        check_before_building(args, self.allocator, train_dataset, kwargs.get("environment_factory"))
+        check_before_building(args, self.allocator, train_dataset, kwargs)
         success_index = success_reward_index(args.success_reward_func, reward_funcs)
         self.last_rollout_plan: RolloutPlan | None = None
         self._last_token_cap: TokenCappedAllocator | None = None
@@ -91,6 +92,7 @@ class BudgetGRPOTrainer(GRPOTrainer):
                                     self.tracker.success_threshold, self.accelerator.is_main_process)
         self.budget_metrics = BudgetMetrics(self._metrics["train"], self.accelerator.is_main_process)
         self.prompt_stream = PromptStream.for_trainer(self) if args.budget_dynamic_sampling else None
+        self._replayed = None  # completions generated prompt by prompt, for TRL's generation step to return
 
     def _set_signature_columns_if_needed(self):
         # TRL keeps only the prompt and image columns when remove_unused_columns=True; the columns the budget settings
@@ -153,7 +155,7 @@ class BudgetGRPOTrainer(GRPOTrainer):
                                          self._last_token_cap if self.args.budget_token_cap is not None else None,
                                          self.allocator)
         self.budget_metrics.record_rounds(rule, rounds, trained.counts, self.prompt_stream)
-        self.budget_metrics.log_prompt_rollouts(self._logs["extra"], rounds.counts, rounds.slot_order())
+        self.budget_metrics.log_prompt_rollouts(self._logs["extra"], rounds.counts, rounds.logged_slot_order())
         self.budget_metrics.record_allocation_time(self._allocation_seconds, time.perf_counter() - started,
                                                    self.allocator)
         return output
@@ -163,7 +165,10 @@ class BudgetGRPOTrainer(GRPOTrainer):
         of equal groups of `num_generations`, GRPO's baseline: on one process, or under `uniform` on any number),
         whose rows, grouping and advantages hold as TRL has them. Other allocators deal a batch of equal counts over
         the processes as any other, so that no process waits for another's long rollouts."""
-        rounds = GeneratedRounds(len(prompts), self.accelerator.num_processes, self.accelerator.process_index)
+        if self.args.budget_per_prompt_rounds and not rule.single_round:  # up to the rule's first shared round
+            rounds = generate_prompt_by_prompt(self, rule, prompts)
+        else:
+            rounds = GeneratedRounds(len(prompts), self.accelerator.num_processes, self.accelerator.process_index)
         seed = self._layout_seed * 1_000_003 + self.state.global_step
         trl_layout = False
         while (round_counts := rule.next_round(rounds)) is not None:
@@ -192,8 +197,8 @@ class BudgetGRPOTrainer(GRPOTrainer):
             counts = torch.as_tensor(trained.counts, device=advantages.device)
             advantages = advantages * prompt_loss_weights(counts, self.num_generations)
         if not (trl_layout and self.args.advantage_clip is None):  # TRL logged other advantages than these
-            relog_advantages(self._logs["advantages"], rounds.counts, rounds.slot_order(), trained.generated_slots,
-                             advantages)
+            relog_advantages(self._logs["advantages"], rounds.counts, rounds.logged_slot_order(),
+                             trained.generated_slots, advantages)
         return advantages
 
     def _advantages(self, keys: list[str], rounds: GeneratedRounds, trained, rewards: torch.Tensor,
@@ -248,26 +253,32 @@ class BudgetGRPOTrainer(GRPOTrainer):
         local = len(order) // self.accelerator.num_processes
         rank = self.accelerator.process_index
         mine = [prompts[prompt_of_slot[slot]] for slot in order[rank * local : (rank + 1) * local]]
+        output, gathered, lengths = self._scored_rows(mine, trl_layout)
+        rounds.add(output, order, counts, gathered, lengths, self.rewards.outcomes(gathered))
+
+    def _scored_rows(self, rows: list[dict[str, Any]], trl_layout: bool) -> tuple[dict, torch.Tensor, torch.Tensor]:
+        """TRL's generation and scoring of this process's `rows`; with every process's rewards and completion
+        lengths (the tracker's expected lengths)."""
         if trl_layout:
-            output = super()._generate_and_score_completions(mine)
+            output = super()._generate_and_score_completions(rows)
         else:
             # TRL views a round's rewards as groups of num_generations (`rewards.view(-1, num_generations)`), which
             # fails when a round's row count is no multiple of it (a probe of 2 rollouts from 3 prompts: 6 rows, 4 per
             # group). Its groups are discarded anyway, so it groups each row alone while it scores the round.
             self.num_generations = 1
             try:
-                output = super()._generate_and_score_completions(mine)
+                output = super()._generate_and_score_completions(rows)
             finally:
                 self.num_generations = self.args.num_generations
-        gathered = self._gathered_rewards
-        lengths = self.accelerator.gather(output["completion_mask"].sum(1))  # the tracker's expected lengths
-        rounds.add(output, order, counts, gathered, lengths, self.rewards.outcomes(gathered))
+        return output, self._gathered_rewards, self.accelerator.gather(output["completion_mask"].sum(1))
 
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
         # Rows are already one rollout each, so vLLM server mode must not deduplicate them by a fixed group size:
         # it then sends every row in a single request with n=1 (the server's prefix cache shares the prompts).
         if self.model.training:
             num_generations = 1
+            if self._replayed is not None:  # rows whose completions the engine generated prompt by prompt
+                return self._replayed.take(prompt_ids)
         return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, has_tool_images)
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):

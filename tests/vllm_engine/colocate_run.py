@@ -1,6 +1,7 @@
 """Run by test_vllm_engine.py in a process of its own: BudgetGRPOTrainer in vLLM colocate mode on CPU.
 
-    colocate_run.py MODEL_DIR OUTPUT_DIR    # writes OUTPUT_DIR/report.json
+    colocate_run.py MODEL_DIR OUTPUT_DIR               # writes OUTPUT_DIR/report.json
+    colocate_run.py MODEL_DIR OUTPUT_DIR per-prompt    # Reinforce-Ada's rounds prompt by prompt
 
 The one replacement (see test_vllm_engine.py): the weight sync reloads the parameters in place with vLLM's
 `model_runner.reload_weights`, since TRL's per-parameter `model.load_weights` fails on vLLM's CPU linear layers.
@@ -73,6 +74,81 @@ def main(model_dir: str, output_dir: str) -> None:
     Path(output_dir, "report.json").write_text(json.dumps(report))
 
 
+class PerPromptRecorder(BudgetGRPOTrainer):
+    """Each training batch's rounds, and how many times TRL scored rows while generating it."""
+
+    batches, scorings = [], []
+
+    def _generate_rounds(self, rule, prompts):
+        PerPromptRecorder.scorings.append(0)
+        rounds, trl_layout = super()._generate_rounds(rule, prompts)
+        PerPromptRecorder.batches.append(rounds)
+        return rounds, trl_layout
+
+    def _scored_rows(self, rows, trl_layout):
+        PerPromptRecorder.scorings[-1] += 1
+        return super()._scored_rows(rows, trl_layout)
+
+
+def rounds_the_rule_decides(rounds, settings: dict) -> bool:
+    """Whether a fresh Reinforce-Ada rule, deciding round by round on the batch's outcomes, gives every round exactly
+    the rollouts the batch got."""
+    from trl_budget.allocators.reinforce_ada import ReinforceAda
+    from trl_budget.rounds import GeneratedRounds
+
+    rule = ReinforceAda(**settings).round_rule(1)
+    evidence = GeneratedRounds(rounds.num_prompts, 1, 0)
+    for generated in rounds.rounds:
+        decided = rule.next_round(evidence)
+        if decided is None or decided.tolist() != generated.counts.tolist():
+            return False
+        evidence.add({}, generated.order, generated.counts, generated.rewards, generated.lengths, generated.outcomes)
+    return rule.next_round(evidence) is None
+
+
+def main_per_prompt(model_dir: str, output_dir: str) -> None:
+    """Reinforce-Ada positive-focused (4 rollouts a round, exit on a success) on all 10 copy prompts a batch, whose
+    rewards are scripted by prompt: the rollouts of prompt `a+b=` fail until its (4 (a mod 3) + 1)-th, so it needs
+    a mod 3 + 1 rounds (40, then 24, then 12 rollouts). Under a cap of 70 a batch, rounds 0 and 1 are provably each
+    prompt's own (once the four prompts done in round 0 have stopped, round 1 fits: 40 + 6 x 4 = 64), round 2 is not
+    (64 + 3 x 4 > 70): the rule cuts it on every prompt to the 6 left, 2 for each of the three prompts still failing."""
+    vllm_generation.VLLMGeneration.sync_weights = reload_in_place
+    rewarded, seen = [], Counter()
+
+    def scripted_reward(prompts, completions, trainer_state, **kwargs):
+        rewards = []
+        for prompt, completion in zip(prompts, completions):
+            rewarded.append((prompt, completion))
+            key = (trainer_state.global_step, prompt)
+            seen[key] += 1
+            rewards.append(float(seen[key] > 4 * (int(prompt[0]) % 3)))
+        return rewards
+
+    args = BudgetGRPOConfig(**config_kwargs(
+        output_dir, use_vllm=True, vllm_mode="colocate", vllm_gpu_memory_utilization=0.1, vllm_max_model_length=64,
+        max_completion_length=6, temperature=0.7, max_steps=3, per_device_train_batch_size=40,
+        budget_allocator="reinforce_ada", reinforce_ada_choice="positive_focused", reinforce_ada_samples_per_round=4,
+        reinforce_ada_max_rounds=4, reinforce_ada_max_generated=70, budget_per_prompt_rounds=True,
+        learning_rate=1e-4))
+    trainer = PerPromptRecorder(model=model_dir, reward_funcs=scripted_reward, args=args, train_dataset=copy_dataset(),
+                                processing_class=None)
+    trainer.train()
+    batches = PerPromptRecorder.batches
+    settings = {"choice": "positive_focused", "samples_per_round": 4, "max_rounds": 4, "max_generated": 70,
+                "default_generations": 4}
+    report = {
+        "steps": trainer.state.global_step, "batches": len(batches),
+        "rounds": [[int(counts.sum()) for counts in rounds.counts_per_round()] for rounds in batches],
+        "rounds_ahead": [rounds.rounds_ahead for rounds in batches], "scorings": PerPromptRecorder.scorings,
+        "logged_prompt_by_prompt": [entry["budget/rounds_prompt_by_prompt"] for entry in trainer.state.log_history
+                                    if "budget/rounds_prompt_by_prompt" in entry],
+        "rounds_as_the_rule_decides": all(rounds_the_rule_decides(rounds, settings) for rounds in batches),
+        "strays": [(p, c) for p, c in rewarded if not belongs_to_its_prompt(p, c)][:10],
+        "rewarded_rows": len(rewarded),
+    }
+    Path(output_dir, "report.json").write_text(json.dumps(report))
+
+
 def greedy_answers(trainer, prompts: list[str]) -> dict[str, list[list[int]]]:
     """Greedy completions of `prompts` from the engine and from the trained model, as token ids."""
     from vllm import SamplingParams
@@ -92,4 +168,7 @@ def greedy_answers(trainer, prompts: list[str]) -> dict[str, list[list[int]]]:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:])
+    if sys.argv[3:] == ["per-prompt"]:
+        main_per_prompt(*sys.argv[1:3])
+    else:
+        main(*sys.argv[1:])
