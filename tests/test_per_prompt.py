@@ -165,3 +165,12 @@ def test_rows_scored_prompt_by_prompt_are_logged_in_the_order_scored_and_the_res
     assert rounds.slot_order().tolist() == [0, 3, 4, 1, 2, 5]
     rounds.rounds_ahead, rounds.logged_ahead = 2, np.array([1, 2, 0, 3])  # rows by index among rounds 0 and 1
     assert rounds.logged_slot_order().tolist() == [3, 4, 0, 1, 2, 5]
+
+
+def test_completions_generated_prompt_by_prompt_go_only_to_the_prompts_they_were_generated_from():
+    from trl_budget.per_prompt_engine import Replayed
+
+    replayed = Replayed([[5, 6], [7]], [[1, 2], [3]], [[-0.1, -0.2], [-0.3]])
+    assert replayed.take([[5, 6], [7]]) == ([[1, 2], [3]], [[-0.1, -0.2], [-0.3]])
+    with pytest.raises(RuntimeError, match="a completion would be credited to another prompt"):
+        replayed.take([[7], [5, 6]])
