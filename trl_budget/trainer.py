@@ -164,7 +164,9 @@ class BudgetGRPOTrainer(GRPOTrainer):
         """Every round the rule asks for, generated and scored; and whether the batch is TRL's own layout (one round
         of equal groups of `num_generations`, GRPO's baseline: on one process, or under `uniform` on any number),
         whose rows, grouping and advantages hold as TRL has them. Other allocators deal a batch of equal counts over
-        the processes as any other, so that no process waits for another's long rollouts."""
+        the processes as any other, so that no process waits for another's long rollouts. With
+        `budget_per_prompt_rounds`, the rounds each prompt may take alone go to the engine prompt by prompt first
+        (`per_prompt_engine`); the rule's shared rounds after them are generated here, one request each."""
         if self.args.budget_per_prompt_rounds and not rule.single_round:  # up to the rule's first shared round
             rounds = generate_prompt_by_prompt(self, rule, prompts)
         else:
