@@ -79,15 +79,13 @@ def batches(outcomes: np.ndarray):
 
 def replay(rule, answers: np.ndarray) -> tuple[GeneratedRounds, list]:
     """Run a round rule on scripted answers; returns the rounds and, under down-sampling, the trained slots."""
-    import torch
 
     rounds = GeneratedRounds(len(answers), 1, 0)
     while (counts := rule.next_round(rounds)) is not None:
         taken = [answers[i, int(rounds.counts[i]) : int(rounds.counts[i] + counts[i])] for i in range(len(answers))]
         if any(len(row) < count for row, count in zip(taken, counts)):
             raise RuntimeError(f"a rule asked for more than the {SAMPLES} answers sampled per prompt")
-        rows = np.concatenate(taken)
-        rounds.add({}, np.arange(rows.size), counts, torch.zeros(rows.size, 1), torch.zeros(rows.size), rows)
+        rounds.add_evidence(counts, np.concatenate(taken))
     return rounds, (rule.trained_slots(rounds) if hasattr(rule, "trained_slots") else None)
 
 

@@ -142,11 +142,9 @@ def schedule(rule, outcomes: np.ndarray, rounds=None) -> tuple[list[list[int]], 
 
 def add_replayed(rounds, counts: np.ndarray, outcomes: np.ndarray) -> None:
     """A round of `counts[p]` rollouts of each prompt p, each earning p's next recorded outcome (from the first on)."""
-    import torch
-
     used = rounds.counts
-    rows = np.concatenate([np.resize(outcomes[p], used[p] + count)[used[p]:] for p, count in enumerate(counts)])
-    rounds.add({}, np.arange(len(rows)), counts, torch.zeros(len(rows)), torch.zeros(len(rows)), rows)
+    rounds.add_evidence(counts, np.concatenate([np.resize(outcomes[p], used[p] + count)[used[p]:]
+                                                for p, count in enumerate(counts)]))
 
 
 def replayed_rounds(counts_per_round: list[np.ndarray], outcomes: np.ndarray):

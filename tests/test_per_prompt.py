@@ -3,7 +3,6 @@ gets exactly the rounds the round-synchronous rule decides, and the rule is left
 
 import numpy as np
 import pytest
-import torch
 
 from trl_budget.allocators.reinforce_ada import ReinforceAda
 from trl_budget.allocators.solver import spread_evenly
@@ -40,7 +39,7 @@ def add_round(rounds: GeneratedRounds, counts: np.ndarray, outcomes: np.ndarray)
     """A round of `counts[p]` rollouts of each prompt p, each earning p's next outcome."""
     used = rounds.counts
     rows = np.concatenate([outcomes[p, used[p] : used[p] + count] for p, count in enumerate(counts)])
-    rounds.add({}, np.arange(rows.size), counts, torch.zeros(rows.size), torch.zeros(rows.size), rows)
+    rounds.add_evidence(counts, rows)
 
 
 def synchronous(rule, outcomes: np.ndarray, rounds: GeneratedRounds | None = None) -> GeneratedRounds:
@@ -160,7 +159,7 @@ def test_rows_scored_prompt_by_prompt_are_logged_in_the_order_scored_and_the_res
     for counts in ([1, 2], [1, 0], [1, 1]):
         counts = np.array(counts)
         rows = int(counts.sum())
-        rounds.add({}, np.arange(rows), counts, torch.zeros(rows), torch.zeros(rows), np.zeros(rows))
+        rounds.add_evidence(counts, np.zeros(rows))
     # plan: prompt 0's slots 0-2 (rounds 0, 1, 2), prompt 1's slots 3-5 (round 0 twice, round 2)
     assert rounds.slot_order().tolist() == [0, 3, 4, 1, 2, 5]
     rounds.rounds_ahead, rounds.logged_ahead = 2, np.array([1, 2, 0, 3])  # rows by index among rounds 0 and 1

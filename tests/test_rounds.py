@@ -5,7 +5,6 @@ import itertools
 
 import numpy as np
 import pytest
-import torch
 from helpers import assert_resumes_exactly, config_kwargs, make_trainer
 from test_probe import RowRecorder, assert_advantages_over_whole_groups
 
@@ -20,7 +19,7 @@ def scripted(outcomes: list[list[int]]):
     def generate(rounds: GeneratedRounds, counts: np.ndarray) -> None:
         rows = [outcomes[prompt][int(rounds.counts[prompt]) :][:count] for prompt, count in enumerate(counts)]
         rows = np.concatenate(rows).astype(float)
-        rounds.add({}, np.arange(rows.size), counts, torch.zeros(rows.size, 1), torch.zeros(rows.size), rows)
+        rounds.add_evidence(counts, rows)
 
     return generate
 

@@ -25,7 +25,6 @@ checks that each was decided as the rule decides it).
 from __future__ import annotations
 
 import numpy as np
-import torch
 
 from .rounds import GeneratedRounds
 
@@ -99,8 +98,7 @@ class PerPromptSchedule:
                         f"decides {None if decided is None else np.asarray(decided).tolist()} on every prompt's "
                         "outcomes.")
             outcomes = [self.outcomes[(prompt, round_index)] for prompt in np.flatnonzero(counts)]
-            rows = np.concatenate(outcomes) if outcomes else np.zeros(0)
-            rounds.add({}, np.arange(rows.size), counts, torch.zeros(rows.size), torch.zeros(rows.size), rows)
+            rounds.add_evidence(counts, np.concatenate(outcomes) if outcomes else np.zeros(0))
         return rounds
 
     def _ask_next(self, prompt: int, round_index: int) -> None:

@@ -96,11 +96,10 @@ class UntilMixed:
             return self._for_processes(np.full(counts.size, self.first, dtype=np.int64), counts)
         if self._topped_up:
             return None
-        active = ~rounds.mixed() & (counts < self.most)
-        self.active_after_round.append(float(active.mean()))
+        self.active_after_round.append(float((~rounds.mixed() & (counts < self.most)).mean()))
         left = self.budget - int(counts.sum())
-        if active.any() and left > 0 and (self.max_rounds is None or len(rounds) < self.max_rounds):
-            wanted = np.where(active, np.minimum(self.per_round, self.most - counts), 0)
+        wanted = self.own_asks(counts, rounds.wins, rounds.trials, len(rounds))
+        if wanted.any() and left > 0:
             if wanted.sum() > left:  # the last round that fits: the budget left, spread evenly over the wants
                 wanted = spread_evenly(left, np.zeros_like(wanted), wanted)
             return self._for_processes(wanted, counts)

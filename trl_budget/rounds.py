@@ -64,6 +64,13 @@ class GeneratedRounds:
         self.wins = self.wins + np.bincount(prompt_of_row[scored], outcomes[scored], minlength=counts.size)
         self.trials = self.trials + np.bincount(prompt_of_row[scored], minlength=counts.size)
 
+    def add_evidence(self, counts: np.ndarray, outcomes: np.ndarray) -> None:
+        """Record a round known only by its outcomes (no TRL output, rewards or lengths): `counts[i]` rollouts of
+        prompt i, their `outcomes` prompt by prompt; what a rule decides on, replayed or scripted."""
+        outcomes = np.asarray(outcomes, dtype=np.float64)
+        self.add({}, np.arange(outcomes.size), counts, torch.zeros(outcomes.size, 1), torch.zeros(outcomes.size),
+                 outcomes)
+
     def add_prompts(self, number: int) -> None:
         """Make room for `number` more prompts, after the batch's others, with no rollouts yet (dynamic sampling's
         next generation batch); every earlier round generated none of them."""

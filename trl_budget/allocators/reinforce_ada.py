@@ -159,12 +159,11 @@ class ReinforceAdaRounds:
 
     def next_round(self, rounds) -> np.ndarray | None:
         settings = self.settings
-        active = np.ones(rounds.num_prompts, dtype=bool) if len(rounds) == 0 else ~self.finished(rounds)
         if len(rounds):
-            self.active_after_round.append(float(active.mean()))
+            self.active_after_round.append(float((~self.finished(rounds)).mean()))
         left = settings.generation_cap(rounds.num_prompts) - int(rounds.counts.sum())
-        if active.any() and len(rounds) < settings.max_rounds and left > 0:
-            wanted = np.where(active, settings.samples_per_round, 0).astype(np.int64)
+        wanted = self.own_asks(rounds.counts, rounds.wins, rounds.trials, len(rounds))
+        if wanted.any() and left > 0:
             if wanted.sum() > left:  # the cap cuts this round: what is left, spread evenly over the active prompts
                 wanted = spread_evenly(left, np.zeros_like(wanted), wanted)
             wanted = rounded_to_processes(wanted, np.full(wanted.size, left), left, self.processes)
@@ -175,12 +174,12 @@ class ReinforceAdaRounds:
         return None
 
     def own_asks(self, counts: np.ndarray, wins: np.ndarray, trials: np.ndarray, round_index: int) -> np.ndarray:
-        """What each prompt's own rollouts ask of round `round_index` (after the first), before the generation cap's
-        cut: `samples_per_round` while it lacks the signal its exit rule needs and rounds are left, else 0 (for good:
-        its successes and failures only grow)."""
+        """What each prompt's own rollouts ask of round `round_index`, before the generation cap's cut:
+        `samples_per_round` while it lacks the signal its exit rule needs and rounds are left, else 0 (for good: its
+        successes and failures only grow). In the first round every prompt asks."""
         settings = self.settings
-        lacking = ~has_enough_signal(settings.choice, wins, trials - wins, settings.keep)
-        return np.where(lacking & (round_index < settings.max_rounds), settings.samples_per_round, 0)
+        lacking = ~has_enough_signal(settings.choice, wins, trials - wins, settings.keep) | (round_index == 0)
+        return np.where(lacking & (round_index < settings.max_rounds), settings.samples_per_round, 0).astype(np.int64)
 
     def bounds_of_asks(self, prompts: int) -> tuple[int, int, int] | None:
         """The batch's generation cap, the most one round asks of a prompt and the most a prompt gets (no cap of
