@@ -173,3 +173,25 @@ def test_completions_generated_prompt_by_prompt_go_only_to_the_prompts_they_were
     assert replayed.take([[5, 6], [7]]) == ([[1, 2], [3]], [[-0.1, -0.2], [-0.3]])
     with pytest.raises(RuntimeError, match="a completion would be credited to another prompt"):
         replayed.take([[7], [5, 6]])
+
+
+def test_rounds_scored_on_two_processes_are_read_back_in_rollout_order_and_logged_as_gathered():
+    import torch
+
+    from trl_budget.per_prompt_engine import _logged_order, _Scored
+
+    # Round 0 gives prompt 0 four rollouts and prompt 1 two, round 1 gives prompt 0 two; each process scores half of
+    # every round. Gathered rows are process 0's then process 1's, each holding its share of the keys in order.
+    outcomes = np.array([1.0, 0.0, 1.0, 0.0, 0.0, 0.0])  # p0 (0,0) rollouts 0-1, (1,0) 0 | p1: (0,0) 2-3, (1,0) 1
+    piece = _Scored([(0, 0), (1, 0)], [2, 1], 2, {}, torch.zeros(6, 1), torch.zeros(6), outcomes)
+    assert piece.round_outcomes((0, 0)).tolist() == [1.0, 0.0, 0.0, 0.0]
+    assert piece.round_outcomes((1, 0)).tolist() == [1.0, 0.0]
+    assert piece.gathered_rows((1, 0), 1).tolist() == [5]
+
+    # Logged piece by piece, each process by process; the rounds' rows are round by round, process by process,
+    # prompt by prompt: round 0 p0 = (0,0)x2 (rows 0-1), (1,0) (2); p1 = (0,0)x2 (3-4), (1,0) (5); round 1 = 6 | 7.
+    first = _Scored([(1, 0)], [1], 2, {}, torch.zeros(2, 1), torch.zeros(2), np.zeros(2))
+    second = _Scored([(0, 0)], [2], 2, {}, torch.zeros(4, 1), torch.zeros(4), np.zeros(4))
+    third = _Scored([(0, 1)], [1], 2, {}, torch.zeros(2, 1), torch.zeros(2), np.zeros(2))
+    rounds = [np.array([4, 2]), np.array([2, 0])]
+    assert _logged_order([first, second, third], rounds, 2).tolist() == [2, 5, 0, 1, 3, 4, 6, 7]

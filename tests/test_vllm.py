@@ -144,6 +144,34 @@ def test_rounds_prompt_by_prompt_are_refused_where_they_cannot_run(tmp_path, tok
                           train_dataset=make_dataset(), processing_class=tokenizer, **trainer_options)
 
 
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({**REINFORCE_ADA, "reinforce_ada_samples_per_round": 5},
+         r"this run has reinforce_ada_samples_per_round=5\. Choose multiples"),
+        ({"budget_round_generations": 3}, r"this run has budget_round_generations=3\."),
+        ({"budget_round_generations": 2, "budget_first_round_generations": 3, "max_generations": 7},
+         r"this run has budget_first_round_generations=3, max_generations=7\."),
+        ({"budget_round_generations": 2, "min_generations": 3, "max_generations": 9},
+         r"this run has min_generations=3, max_generations=9\."),
+    ],
+)
+def test_rounds_prompt_by_prompt_on_several_processes_are_refused_where_a_round_cannot_deal_evenly(
+        tmp_path, monkeypatch, overrides, message):
+    from trl_budget.setup_checks import check_per_prompt_rounds
+
+    args = BudgetGRPOConfig(**config_kwargs(tmp_path, use_vllm=True, vllm_mode="colocate",
+                                            budget_per_prompt_rounds=True, **overrides))
+    monkeypatch.setattr(BudgetGRPOConfig, "world_size", property(lambda self: 2))  # as under a 2-process launch
+    with pytest.raises(ValueError, match=r"^budget_per_prompt_rounds=True on 2 processes deals each prompt's round "
+                                         r"evenly .*multiple of 2; " + message):
+        check_per_prompt_rounds(args, args.make_allocator(), {})
+    even = {**overrides, **{name: value + value % 2 for name, value in overrides.items() if isinstance(value, int)}}
+    args = BudgetGRPOConfig(**config_kwargs(tmp_path, use_vllm=True, vllm_mode="colocate",
+                                            budget_per_prompt_rounds=True, **even))
+    check_per_prompt_rounds(args, args.make_allocator(), {})  # every amount even: accepted
+
+
 gpu_and_vllm = pytest.mark.skipif(
     not (torch.cuda.is_available() and importlib.util.find_spec("vllm")), reason="needs a CUDA GPU and vLLM"
 )

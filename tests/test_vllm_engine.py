@@ -359,6 +359,29 @@ def test_colocate_rounds_prompt_by_prompt_give_each_prompt_its_rules_rollouts(tm
     assert report["rounds_as_the_rule_decides"]
     assert report["rewarded_rows"] == 3 * 70  # every rollout scored once
     # every completion was scored for the prompt it was generated from (the copy task: its first digit)
-    assert not report["strays"]
+    assert not report["strays"] and not report["misplaced"]  # and every trained row holds its own prompt's
     # rows were scored as their rounds finished, in more pieces than the batch has rounds
     assert all(scorings > 3 for scorings in report["scorings"])
+
+
+def test_colocate_rounds_prompt_by_prompt_on_two_processes_decide_alike(tmp_path, copy_model):
+    # The same run on 2 processes, each with its own engine: each prompt's round is dealt evenly over them, the
+    # processes share which rollouts finished after every engine step, and every process's schedule hears of the
+    # complete rounds in the same order, so both decide the same rounds from the same outcomes.
+    script = Path(__file__).parent / "vllm_engine" / "colocate_run.py"
+    launch = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+              "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+              "--main_process_port", str(free_port())]
+    result = subprocess.run([*launch, str(script), str(copy_model), str(tmp_path), "per-prompt"],
+                            capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
+    reports = [json.loads((tmp_path / f"report-{rank}.json").read_text()) for rank in range(2)]
+    for report in reports:
+        assert report["steps"] == 3 and report["batches"] == 3
+        assert report["rounds"] == [[40, 24, 6]] * 3 and report["rounds_ahead"] == [2] * 3
+        assert report["logged_prompt_by_prompt"] == [2.0] * 3
+        assert report["rounds_as_the_rule_decides"]
+        assert report["rewarded_rows"] == 3 * 70 // 2  # each process scored its half of every round, once
+        assert not report["strays"] and not report["misplaced"]  # trained rows hold their own prompt's completions
+        assert all(scorings > 3 for scorings in report["scorings"])
+    assert reports[0]["outcomes"] == reports[1]["outcomes"]  # every process saw every outcome, in the same slots

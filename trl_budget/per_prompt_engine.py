@@ -9,7 +9,8 @@ one engine step is scored together by TRL's own pipeline (`_generate_and_score_c
 returns the engine's completions for exactly those rows (`Replayed`, which checks that each goes to the prompt it was
 generated from). Once every prompt has stopped or waits, the rounds are handed back to the rule (which is replayed over
 them, checking every round) and laid out as the synchronous path lays them out; the rest of the batch, if any, is the
-synchronous path's.
+synchronous path's. On several processes each process runs the same schedule on the same events
+(`generate_prompt_by_prompt` says how), so every process decides alike, whatever finishes first where.
 
 Relies on TRL 1.16's colocate internals: `vllm_generation.llm` (the in-process engine) and its sampling settings,
 `_tokenize_prompts`, and the weight-sync bookkeeping `_last_loaded_step`.
@@ -64,66 +65,108 @@ def sampling_params(generation):
 
 
 class _Scored:
-    """One engine step's finished rounds, scored together: (prompt, round) of each, their rows in the output."""
+    """One iteration's finished rounds, scored together on every process: (prompt, round) of each, in key order, and
+    where its rows lie. Every process scores an equal share of each round (`share[key]` rollouts: its rollouts
+    `rank * share ...`), so the gathered rewards, lengths and outcomes hold every process's rows in turn, each process's
+    laid out alike: the rounds in key order, each round's share in rollout order."""
 
-    def __init__(self, keys: list[tuple[int, int]], counts: list[int], output: dict, rewards: torch.Tensor,
-                 lengths: torch.Tensor, outcomes: np.ndarray):
+    def __init__(self, keys: list[tuple[int, int]], shares: list[int], processes: int, output: dict,
+                 rewards: torch.Tensor, lengths: torch.Tensor, outcomes: np.ndarray):
         self.output, self.rewards, self.lengths, self.outcomes = output, rewards, lengths, outcomes
-        starts = np.cumsum([0, *counts])
-        self.rows = {key: np.arange(starts[i], starts[i + 1]) for i, key in enumerate(keys)}
+        self.processes, self.local_rows = processes, int(sum(shares))
+        starts = np.cumsum([0, *shares])
+        self.rows = {key: np.arange(starts[i], starts[i + 1]) for i, key in enumerate(keys)}  # this process's rows
+
+    def gathered_rows(self, key: tuple[int, int], rank: int) -> np.ndarray:
+        """Where process `rank`'s rows of round `key` lie in the gathered rewards, lengths and outcomes."""
+        return rank * self.local_rows + self.rows[key]
+
+    def round_outcomes(self, key: tuple[int, int]) -> np.ndarray:
+        """The outcomes of round `key`, in rollout order (process by process)."""
+        return np.concatenate([self.outcomes[self.gathered_rows(key, rank)] for rank in range(self.processes)])
 
 
 def generate_prompt_by_prompt(trainer, rule, prompts: list[dict[str, Any]]) -> GeneratedRounds:
     """The batch's rounds up to where every prompt has stopped or waits for the rule's shared decision, generated on
-    the trainer's colocated engine prompt by prompt and scored by TRL; laid out as the synchronous path lays them."""
+    the trainer's colocated engine prompt by prompt and scored by TRL; laid out as the synchronous path lays them.
+
+    On several processes every process runs the same schedule on the same events: each prompt's round is dealt evenly
+    over the processes (each generates its share on its own engine); after every engine step the processes share which
+    rollouts finished (one collective), so all of them see a round complete in the same iteration; the iteration's
+    complete rounds are scored on every process at once, each scoring its share; and the schedule hears of them in the
+    order of their keys. Where a round cannot be dealt evenly, nothing goes prompt by prompt."""
+    processes, rank = trainer.accelerator.num_processes, trainer.accelerator.process_index
     schedule = PerPromptSchedule(rule, len(prompts))
+    first = schedule.first_round()
+    if processes > 1 and (not schedule.alone or (first % processes).any()):
+        return GeneratedRounds(len(prompts), processes, rank)  # every round the synchronous path's
     generation = trainer.vllm_generation
     if trainer.state.global_step != trainer._last_loaded_step:  # as TRL's generation step syncs the weights
         generation.sync_weights()
         trainer._last_loaded_step = trainer.state.global_step
     prompt_ids = [list(ids) for ids in trainer._tokenize_prompts([row["prompt"] for row in prompts])[0]]
     engine, params, batch = generation.llm.llm_engine, sampling_params(generation), next(_batches)
-    requests: dict[str, tuple[int, int, int]] = {}  # request id -> (prompt, round, rollout)
-    finished: dict[tuple[int, int], dict[int, Any]] = {}  # (prompt, round) -> its rollouts finished so far
+    requests: dict[str, tuple[int, int, int]] = {}  # request id -> (prompt, round, rollout), this process's
+    finished: dict[tuple[int, int], dict[int, Any]] = {}  # (prompt, round) -> this process's rollouts finished
+    done: dict[tuple[int, int], int] = {}  # (prompt, round) -> its rollouts finished on every process
 
     def submit(prompt: int, round_index: int, count: int) -> None:
-        finished[(prompt, round_index)] = {}
-        for rollout in range(count):
+        share = count // processes
+        finished[(prompt, round_index)], done[(prompt, round_index)] = {}, 0
+        for rollout in range(rank * share, (rank + 1) * share):
             request = f"trl-budget-{batch}-{prompt}-{round_index}-{rollout}"
             engine.add_request(request, {"prompt_token_ids": prompt_ids[prompt]}, params)
             requests[request] = (prompt, round_index, rollout)
 
     scored: list[_Scored] = []
     try:
-        for prompt, count in enumerate(schedule.first_round()):
+        for prompt, count in enumerate(first):
             if count:
                 submit(prompt, 0, int(count))
-        while requests:
-            ready = []
-            for output in engine.step():
+        while True:
+            mine = []
+            for output in engine.step() if requests else ():
                 if output.finished and output.request_id in requests:
                     prompt, round_index, rollout = requests.pop(output.request_id)
                     finished[(prompt, round_index)][rollout] = output
-                    if len(finished[(prompt, round_index)]) == schedule.rounds[round_index][prompt]:
-                        ready.append((prompt, round_index))
+                    mine.append((prompt, round_index))
+            pending, everywhere = _shared(trainer, (len(requests), mine))
+            for key in everywhere:
+                done[key] += 1
+            ready = sorted({key for key in everywhere if done[key] == schedule.rounds[key[1]][key[0]]})
+            going = []
             if ready:
-                scored.append(_score(trainer, prompts, prompt_ids, ready, finished))
+                scored.append(_score(trainer, prompts, prompt_ids, ready, finished, processes))
                 for key in ready:
-                    for going in schedule.finished(*key, scored[-1].outcomes[scored[-1].rows[key]]):
-                        submit(*going)
+                    going += schedule.finished(*key, scored[-1].round_outcomes(key))
+            for prompt, round_index, count in going:
+                submit(prompt, round_index, count)
+            if not pending and not going:  # the same on every process: every rollout sent has finished
+                break
     finally:
         if requests:  # a failure: nothing of this batch stays in the engine
             engine.abort_request(list(requests))
-    return _laid_out(schedule, scored, getattr(trainer, "_tokenizer", trainer.processing_class).pad_token_id)
+    return _laid_out(trainer, schedule, scored)
 
 
-def _score(trainer, prompts, prompt_ids, ready: list[tuple[int, int]], finished: dict) -> _Scored:
-    """TRL's scoring of the rows of the `ready` rounds, with the engine's completions as its generation."""
+def _shared(trainer, event: tuple[int, list]) -> tuple[int, list[tuple[int, int]]]:
+    """Every process's (requests pending, rounds of the rollouts it finished this step): the requests pending in all,
+    and the round of every rollout finished on any process."""
+    if trainer.accelerator.num_processes == 1:
+        return event
+    from accelerate.utils import gather_object
+
+    events = gather_object([event])
+    return sum(pending for pending, _ in events), [key for _, keys in events for key in keys]
+
+
+def _score(trainer, prompts, prompt_ids, ready: list[tuple[int, int]], finished: dict, processes: int) -> _Scored:
+    """TRL's scoring of this process's rows of the `ready` rounds, with its engine's completions as its generation."""
     from trl.generation.vllm_generation import extract_logprobs
 
-    sizes = [len(finished[key]) for key in ready]
+    shares = [len(finished[key]) for key in ready]
     outputs = [rollouts[rollout] for rollouts in map(finished.pop, ready) for rollout in sorted(rollouts)]
-    row_prompts = [prompt for (prompt, _), size in zip(ready, sizes) for _ in range(size)]
+    row_prompts = [prompt for (prompt, _), share in zip(ready, shares) for _ in range(share)]
     logprobs, _ = extract_logprobs(outputs)
     trainer._replayed = Replayed([prompt_ids[prompt] for prompt in row_prompts],
                                  [list(output.outputs[0].token_ids) for output in outputs],
@@ -132,31 +175,57 @@ def _score(trainer, prompts, prompt_ids, ready: list[tuple[int, int]], finished:
         output, rewards, lengths = trainer._scored_rows([prompts[prompt] for prompt in row_prompts], trl_layout=False)
     finally:
         trainer._replayed = None
-    return _Scored(ready, sizes, output, rewards, lengths, trainer.rewards.outcomes(rewards))
+    return _Scored(ready, shares, processes, output, rewards, lengths, trainer.rewards.outcomes(rewards))
 
 
-def _laid_out(schedule: PerPromptSchedule, scored: list[_Scored], pad_token_id: int) -> GeneratedRounds:
-    """The rounds decided prompt by prompt as the synchronous path lays them out: each round's rows prompt by prompt,
-    with their TRL outputs, rewards, lengths and outcomes; and the order TRL logged them in."""
+def _laid_out(trainer, schedule: PerPromptSchedule, scored: list[_Scored]) -> GeneratedRounds:
+    """The rounds decided prompt by prompt as the synchronous path lays them out: each round's rows process by
+    process, each process's prompt by prompt, with this process's TRL outputs and every process's rewards, lengths and
+    outcomes; and the order TRL logged them in."""
+    processes, rank = trainer.accelerator.num_processes, trainer.accelerator.process_index
+    pad_token_id = getattr(trainer, "_tokenizer", trainer.processing_class).pad_token_id
     evidence = schedule.synchronous_rounds()  # replays the rule over the rounds, checking every one
-    where = {key: (piece, rows) for piece in scored for key, rows in piece.rows.items()}
-    rounds = GeneratedRounds(schedule.num_prompts, 1, 0)
-    position = {}  # (piece, row) -> the row's index among the rounds' rows, round by round
+    piece_of = {key: piece for piece in scored for key in piece.rows}
+    rounds = GeneratedRounds(schedule.num_prompts, processes, rank)
     for round_index, counts in enumerate(schedule.rounds):
-        parts = [where[(int(prompt), round_index)] for prompt in np.flatnonzero(counts)]
-        for piece, rows in parts:
-            for row in rows:
-                position[(id(piece), int(row))] = len(position)
-        output = merge_outputs([take_rows(piece.output, rows) for piece, rows in parts], pad_token_id)
+        keys = [(int(prompt), round_index) for prompt in np.flatnonzero(counts)]
+        shares, starts = counts // processes, np.cumsum(counts) - counts  # starts: each prompt's first round slot
+        order = np.concatenate([starts[prompt] + process * shares[prompt] + np.arange(shares[prompt])
+                                for process in range(processes) for prompt, _ in keys])
+        gathered = [(piece_of[key], piece_of[key].gathered_rows(key, process))
+                    for process in range(processes) for key in keys]  # in `order`
+        output = merge_outputs([take_rows(piece_of[key].output, piece_of[key].rows[key]) for key in keys],
+                               pad_token_id)
         loss_mask = output["completion_mask"] * output.get("tool_mask", 1)
-        output["num_items_in_batch"] = loss_mask.sum()  # one process: its tokens are the batch's
-        rounds.add(output, np.arange(int(counts.sum())), counts,
-                   torch.cat([piece.rewards[torch.as_tensor(rows)] for piece, rows in parts]),
-                   torch.cat([piece.lengths[torch.as_tensor(rows)] for piece, rows in parts]),
-                   np.concatenate([piece.outcomes[rows] for piece, rows in parts]))
+        output["num_items_in_batch"] = _summed(trainer, loss_mask.sum())  # the round's tokens on every process
+        rounds.add(output, order, counts, torch.cat([piece.rewards[torch.as_tensor(rows)] for piece, rows in gathered]),
+                   torch.cat([piece.lengths[torch.as_tensor(rows)] for piece, rows in gathered]),
+                   np.concatenate([piece.outcomes[rows] for piece, rows in gathered]))
     if not np.array_equal(rounds.wins, evidence.wins):
         raise RuntimeError("rounds prompt by prompt: the rows laid out do not hold the outcomes the rule decided on.")
     rounds.rounds_ahead = len(schedule.rounds)
-    rounds.logged_ahead = np.array([position[(id(piece), row)] for piece in scored
-                                    for row in range(len(piece.outcomes))], dtype=np.int64)
+    rounds.logged_ahead = _logged_order(scored, schedule.rounds, processes)
     return rounds
+
+
+def _summed(trainer, value: torch.Tensor) -> torch.Tensor:
+    """`value` summed over the processes."""
+    if trainer.accelerator.num_processes == 1:
+        return value
+    return trainer.accelerator.gather(value.reshape(1)).sum()
+
+
+def _logged_order(scored: list[_Scored], rounds: list[np.ndarray], processes: int) -> np.ndarray:
+    """Each row's index among the rounds' rows (round by round, each round process by process and each process's
+    rows prompt by prompt), in the order TRL logged them: scoring by scoring, each gathered process by process."""
+    first_row = {}  # (prompt, round, process) -> the index of its first row among the rounds' rows
+    offset = 0
+    for round_index, counts in enumerate(rounds):
+        shares = counts // processes
+        for process in range(processes):
+            for prompt in np.flatnonzero(counts):
+                first_row[(int(prompt), round_index, process)] = offset
+                offset += int(shares[prompt])
+    return np.concatenate([first_row[(*key, process)] + np.arange(rows.size)
+                           for piece in scored for process in range(processes)
+                           for key, rows in piece.rows.items()]).astype(np.int64)

@@ -76,7 +76,8 @@ def check_dynamic_sampling(allocator, dataset, prompts_per_generation_batch: int
 
 def check_per_prompt_rounds(args: BudgetGRPOConfig, allocator, agent_options: dict) -> None:
     """Rounds prompt by prompt drive the colocated engine's requests themselves: a rule of rounds decided prompt by
-    prompt, one process, one engine that stays awake, single-turn text generation."""
+    prompt, whose rounds deal evenly over the processes, one engine a process that stays awake, single-turn text
+    generation."""
     fix = " Set budget_per_prompt_rounds=False to generate one blocking request a round."
     if not (hasattr(allocator, "round_rule") or args.budget_round_generations) or args.budget_dynamic_sampling:
         raise ValueError(
@@ -92,15 +93,32 @@ def check_per_prompt_rounds(args: BudgetGRPOConfig, allocator, agent_options: di
             raise ValueError(
                 f"budget_per_prompt_rounds=True sends each prompt's rounds to an in-process vLLM engine that stays "
                 f"awake between them, so it needs {name}={needed!r}; this run has {name}={value!r}.{fix}")
-    if args.world_size != 1:
-        raise ValueError(
-            f"budget_per_prompt_rounds=True runs on one process for now; this run has {args.world_size}. Rounds "
-            f"prompt by prompt on several processes would need every process to score its rows in step.{fix}")
+    if args.world_size > 1:
+        check_rounds_deal_evenly(args, allocator)
     used = [name for name in ("tools", "rollout_func", "environment_factory") if agent_options.get(name)]
     if used:
         raise ValueError(
             f"budget_per_prompt_rounds=True generates single-turn completions on the engine itself; the trainer was "
             f"given {used[0]}, whose generation it would skip.{fix}")
+
+
+def check_rounds_deal_evenly(args: BudgetGRPOConfig, allocator) -> None:
+    """On several processes each prompt's round is dealt evenly over them: every amount a prompt's round can take alone
+    must be a multiple of the processes (otherwise the rounding of a round to the processes may move a rollout between
+    prompts, and no round could go prompt by prompt)."""
+    if hasattr(allocator, "round_rule"):
+        amounts = {"reinforce_ada_samples_per_round": args.reinforce_ada_samples_per_round}
+    else:
+        first = ("budget_first_round_generations" if args.budget_first_round_generations else "min_generations")
+        amounts = {first: getattr(args, first), "budget_round_generations": args.budget_round_generations,
+                   "max_generations": args.max_generations}
+    uneven = {name: value for name, value in amounts.items() if value % args.world_size}
+    if uneven:
+        settings = ", ".join(f"{name}={value}" for name, value in uneven.items())
+        raise ValueError(
+            f"budget_per_prompt_rounds=True on {args.world_size} processes deals each prompt's round evenly over them, "
+            f"so every amount of a round must be a multiple of {args.world_size}; this run has {settings}. Choose "
+            f"multiples of {args.world_size}, or budget_per_prompt_rounds=False to generate one request a round.")
 
 
 def refuse_seeded_vllm_generation(args: BudgetGRPOConfig) -> None:

@@ -2,12 +2,15 @@
 
     colocate_run.py MODEL_DIR OUTPUT_DIR               # writes OUTPUT_DIR/report.json
     colocate_run.py MODEL_DIR OUTPUT_DIR per-prompt    # Reinforce-Ada's rounds prompt by prompt
+    accelerate launch --num_processes 2 colocate_run.py MODEL_DIR OUTPUT_DIR per-prompt   # the same on 2 processes,
+                                                       # each with its own engine; writes report-RANK.json
 
 The one replacement (see test_vllm_engine.py): the weight sync reloads the parameters in place with vLLM's
 `model_runner.reload_weights`, since TRL's per-parameter `model.load_weights` fails on vLLM's CPU linear layers.
 """
 
 import json
+import os
 import sys
 from collections import Counter
 from pathlib import Path
@@ -75,9 +78,18 @@ def main(model_dir: str, output_dir: str) -> None:
 
 
 class PerPromptRecorder(BudgetGRPOTrainer):
-    """Each training batch's rounds, and how many times TRL scored rows while generating it."""
+    """Each training batch's rounds, how many times TRL scored rows while generating it, and the trained rows whose
+    completion is not their credited prompt's."""
 
-    batches, scorings = [], []
+    batches, scorings, misplaced = [], [], []
+
+    def _generate_and_score_completions(self, inputs):
+        output = super()._generate_and_score_completions(inputs)
+        if self.model.training:  # Reinforce-Ada's trained rows: each process holds an equal contiguous share of them
+            plan = self.last_rollout_plan
+            mine = plan.slot_order.reshape(self.accelerator.num_processes, -1)[self.accelerator.process_index]
+            PerPromptRecorder.misplaced.extend(misplaced_rows(plan, output, self.processing_class, mine))
+        return output
 
     def _generate_rounds(self, rule, prompts):
         PerPromptRecorder.scorings.append(0)
@@ -96,8 +108,8 @@ def rounds_the_rule_decides(rounds, settings: dict) -> bool:
     from trl_budget.allocators.reinforce_ada import ReinforceAda
     from trl_budget.rounds import GeneratedRounds
 
-    rule = ReinforceAda(**settings).round_rule(1)
-    evidence = GeneratedRounds(rounds.num_prompts, 1, 0)
+    rule = ReinforceAda(**settings).round_rule(rounds.processes)
+    evidence = GeneratedRounds(rounds.num_prompts, rounds.processes, rounds.rank)
     for generated in rounds.rounds:
         decided = rule.next_round(evidence)
         if decided is None or decided.tolist() != generated.counts.tolist():
@@ -108,12 +120,15 @@ def rounds_the_rule_decides(rounds, settings: dict) -> bool:
 
 def main_per_prompt(model_dir: str, output_dir: str) -> None:
     """Reinforce-Ada positive-focused (4 rollouts a round, exit on a success) on all 10 copy prompts a batch, whose
-    rewards are scripted by prompt: the rollouts of prompt `a+b=` fail until its (4 (a mod 3) + 1)-th, so it needs
-    a mod 3 + 1 rounds (40, then 24, then 12 rollouts). Under a cap of 70 a batch, rounds 0 and 1 are provably each
-    prompt's own (once the four prompts done in round 0 have stopped, round 1 fits: 40 + 6 x 4 = 64), round 2 is not
-    (64 + 3 x 4 > 70): the rule cuts it on every prompt to the 6 left, 2 for each of the three prompts still failing."""
+    rewards are scripted by prompt: the rollouts of prompt `a+b=` fail in its first a mod 3 rounds and succeed after
+    (each process fails the first (a mod 3) x its share of a round it scores), so it needs a mod 3 + 1 rounds (40,
+    then 24, then 12 rollouts). Under a cap of 70 a batch, rounds 0 and 1 are provably each prompt's own (once the four
+    prompts done in round 0 have stopped, round 1 fits: 40 + 6 x 4 = 64), round 2 is not (64 + 3 x 4 > 70): the rule
+    cuts it on every prompt to the 6 left, 2 for each of the three prompts still failing."""
     vllm_generation.VLLMGeneration.sync_weights = reload_in_place
     rewarded, seen = [], Counter()
+    processes = int(os.environ.get("WORLD_SIZE", 1))
+    share = 4 // processes  # of a round of 4, on this process
 
     def scripted_reward(prompts, completions, trainer_state, **kwargs):
         rewards = []
@@ -121,12 +136,12 @@ def main_per_prompt(model_dir: str, output_dir: str) -> None:
             rewarded.append((prompt, completion))
             key = (trainer_state.global_step, prompt)
             seen[key] += 1
-            rewards.append(float(seen[key] > 4 * (int(prompt[0]) % 3)))
+            rewards.append(float(seen[key] > share * (int(prompt[0]) % 3)))
         return rewards
 
     args = BudgetGRPOConfig(**config_kwargs(
         output_dir, use_vllm=True, vllm_mode="colocate", vllm_gpu_memory_utilization=0.1, vllm_max_model_length=64,
-        max_completion_length=6, temperature=0.7, max_steps=3, per_device_train_batch_size=40,
+        max_completion_length=6, temperature=0.7, max_steps=3, per_device_train_batch_size=40 // processes,
         budget_allocator="reinforce_ada", reinforce_ada_choice="positive_focused", reinforce_ada_samples_per_round=4,
         reinforce_ada_max_rounds=4, reinforce_ada_max_generated=70, budget_per_prompt_rounds=True,
         learning_rate=1e-4))
@@ -144,9 +159,11 @@ def main_per_prompt(model_dir: str, output_dir: str) -> None:
                                     if "budget/rounds_prompt_by_prompt" in entry],
         "rounds_as_the_rule_decides": all(rounds_the_rule_decides(rounds, settings) for rounds in batches),
         "strays": [(p, c) for p, c in rewarded if not belongs_to_its_prompt(p, c)][:10],
-        "rewarded_rows": len(rewarded),
+        "rewarded_rows": len(rewarded), "misplaced": PerPromptRecorder.misplaced[:10],
+        "outcomes": [rounds.outcomes_in_plan_order().tolist() for rounds in batches],
     }
-    Path(output_dir, "report.json").write_text(json.dumps(report))
+    name = "report.json" if processes == 1 else f"report-{trainer.accelerator.process_index}.json"
+    Path(output_dir, name).write_text(json.dumps(report))
 
 
 def greedy_answers(trainer, prompts: list[str]) -> dict[str, list[list[int]]]:

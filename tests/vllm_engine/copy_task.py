@@ -31,15 +31,16 @@ def belongs_to_its_prompt(prompt: str, completion: str) -> bool:
     return completion[:1] == prompt[:1]
 
 
-def misplaced_rows(plan, output, tokenizer) -> list[tuple[str, str, str]]:
+def misplaced_rows(plan, output, tokenizer, slots=None) -> list[tuple[str, str, str]]:
     """Rows whose completion the plan credits to another prompt than the one it was generated for.
 
-    The plan credits row i to the prompt of its slot `plan.slot_order[i]`; the row shows the prompt the engine was given
-    and the completion it returned. Returns (credited prompt, prompt shown, completion) for every row that disagrees.
+    The plan credits row i to the prompt of its slot `slots[i]` (default `plan.slot_order`: every row, on one
+    process); the row shows the prompt the engine was given and the completion it returned. Returns (credited prompt,
+    prompt shown, completion) for every row that disagrees.
     """
     prompt_of_slot = np.repeat(np.arange(len(plan.prompts)), plan.counts)
     wrong = []
-    for row, slot in enumerate(plan.slot_order.tolist()):
+    for row, slot in enumerate((plan.slot_order if slots is None else slots).tolist()):
         credited = plan.prompts[prompt_of_slot[slot]]["prompt"]
         shown = tokenizer.decode(output["prompt_ids"][row][output["prompt_mask"][row].bool()], skip_special_tokens=True)
         completion = tokenizer.decode(output["completion_ids"][row][output["completion_mask"][row].bool()],
