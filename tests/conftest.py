@@ -22,3 +22,11 @@ def tiny_model(tokenizer):
 @pytest.fixture
 def dataset():
     return make_dataset()
+
+
+@pytest.fixture(scope="session")
+def tool_model(tmp_path_factory):
+    """The tiny model trained to call the calculator tool (tool_task.py), saved once for every test that uses it."""
+    from tool_task import build_tool_model
+
+    return build_tool_model(tmp_path_factory.mktemp("tool-model"))

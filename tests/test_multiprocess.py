@@ -124,13 +124,6 @@ def test_two_processes_train_reinforce_ada_rows_where_they_were_generated_or_not
     assert any(reward % 1 for batch in first["batches"] for reward in batch["trained_rewards"])  # non-binary rewards
 
 
-@pytest.fixture(scope="module")
-def tool_model(tmp_path_factory):
-    from tool_task import build_tool_model
-
-    return build_tool_model(tmp_path_factory.mktemp("tool-model"))
-
-
 @pytest.mark.parametrize("mode", ["knapsack-tools", "knapsack-tools-probe"])
 def test_two_processes_run_every_rollouts_tool_loop_for_its_own_prompt(tmp_path, monkeypatch, tool_model, mode):
     monkeypatch.setenv("TOOL_MODEL", str(tool_model))

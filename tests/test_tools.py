@@ -6,18 +6,13 @@ import pytest
 import torch
 from helpers import config_kwargs, make_trainer
 from test_agent import misplaced, recording_outputs
-from tool_task import add, build_tool_model, build_tool_tokenizer, called_with, final_answer, tool_dataset
+from tool_task import add, build_tool_tokenizer, called_with, final_answer, tool_dataset
 from transformers import AutoModelForCausalLM
 from trl import GRPOConfig, GRPOTrainer
 
 from trl_budget import BudgetGRPOConfig, BudgetGRPOTrainer
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def tool_model(tmp_path_factory):
-    return build_tool_model(tmp_path_factory.mktemp("tool-model"))
 
 
 class ToolReward:

@@ -61,13 +61,6 @@ def vllm_server(copy_model, tmp_path_factory, request):
     yield from serve(copy_model, 64, tmp_path_factory, request)
 
 
-@pytest.fixture(scope="session")
-def tool_model(tmp_path_factory):
-    from tool_task import build_tool_model
-
-    return build_tool_model(tmp_path_factory.mktemp("tool_model"))
-
-
 @pytest.fixture(scope="module")
 def tool_server(tool_model, tmp_path_factory, request):
     """A real `trl vllm-serve` of the tool-calling model (tests/tool_task.py)."""
