@@ -31,7 +31,7 @@ request per round) and colocate (an in-process engine, one `generate` call per r
   decisions, merging, advantages). The updates are not timed. Arms alternate (repeats in opposite orders), and each
   batch's time is compared with uniform n = 8's batch of the same index and repeat: the ratio is taken side by side.
 - Server mode: the NCCL weight sync needs a GPU, so it is replaced by a no-op (as in tests/test_vllm_engine.py); it
-  would add the same cost to every arm. Colocate mode syncs with vLLM's in-place reload (tests/vllm_engine/colocate_run.py).
+  would add the same cost to every arm. Colocate mode syncs with vLLM's in-place reload (tests/vllm_engine/engine_run.py).
 
 Writes results/rounds_engine_cost.json and prints a table.
 """
@@ -229,7 +229,7 @@ def replace_weight_syncs(mode: str) -> None:
         vllm_client.VLLMClient.close_communicator = lambda self: None
     else:
         import trl.generation.vllm_generation as vllm_generation
-        from vllm_engine.colocate_run import reload_in_place
+        from vllm_engine.engine_run import reload_in_place
 
         vllm_generation.VLLMGeneration.sync_weights = reload_in_place
 

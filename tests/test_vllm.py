@@ -125,9 +125,8 @@ REINFORCE_ADA = {"budget_allocator": "reinforce_ada", "reinforce_ada_samples_per
         ({"budget_allocator": "uniform", "budget_dynamic_sampling": True}, {}, r"^budget_per_prompt_rounds=True is "
                                                                                r"read only .* and dynamic sampling"),
         ({**REINFORCE_ADA, "use_vllm": False}, {}, r"needs use_vllm=True; this run has use_vllm=False"),
-        ({**REINFORCE_ADA, "vllm_mode": "server"}, {}, r"needs vllm_mode='colocate'; this run has vllm_mode='server'"),
         ({"budget_round_generations": 2, "vllm_enable_sleep_mode": True}, {},
-         r"stays awake between them, so it needs vllm_enable_sleep_mode=False"),
+         r"in vllm_mode='colocate' .* stays awake between them, so it needs vllm_enable_sleep_mode=False"),
         ({"budget_round_generations": 2, "vllm_tensor_parallel_size": 2}, {}, r"needs vllm_tensor_parallel_size=1"),
         (REINFORCE_ADA, {"tools": [lambda x: x]}, r"single-turn completions .* was given tools"),
     ],

@@ -8,7 +8,7 @@ Only one piece of TRL is replaced, because it cannot run on a CPU:
   (`VLLMClient.init_communicator` raises NotImplementedError on CPU). `init_communicator` and `update_named_params`
   become no-ops that count the syncs, so the server keeps its initial weights; generation, the HTTP requests, the
   logprobs and everything in the trainer are real.
-- colocate mode (in `vllm_engine/colocate_run.py`): TRL loads each parameter with `model.load_weights`, which vLLM's
+- colocate mode (in `vllm_engine/engine_run.py`): TRL loads each parameter with `model.load_weights`, which vLLM's
   CPU linear layers do not accept after repacking their weights; the sync uses vLLM's own in-place
   `model_runner.reload_weights` instead, with the same parameters.
 
@@ -38,6 +38,7 @@ import trl.generation.vllm_client as vllm_client  # noqa: E402
 from helpers import config_kwargs  # noqa: E402
 from trl import GRPOTrainer  # noqa: E402
 from vllm_engine.copy_task import belongs_to_its_prompt, build_copy_model, copy_dataset, misplaced_rows  # noqa: E402
+from vllm_engine.engine_run import server_sync_replacements  # noqa: E402
 
 from trl_budget import BudgetGRPOConfig, BudgetGRPOTrainer  # noqa: E402
 
@@ -126,10 +127,8 @@ class Rows:
 def cpu_weight_sync(monkeypatch):
     """Replaces the NCCL weight sync of server mode (CUDA only) by a counter; see the module's docstring."""
     syncs = []
-    monkeypatch.setattr(vllm_client.VLLMClient, "init_communicator", lambda self, device=None: None)
-    monkeypatch.setattr(vllm_client.VLLMClient, "update_named_params",
-                        lambda self, metadata, params: syncs.append(sum(1 for _ in params)))
-    monkeypatch.setattr(vllm_client.VLLMClient, "close_communicator", lambda self: None)
+    for name, replacement in server_sync_replacements(syncs).items():
+        monkeypatch.setattr(vllm_client.VLLMClient, name, replacement)
     return syncs
 
 
@@ -325,7 +324,7 @@ def test_uniform_through_the_engine_lays_out_rows_as_grpo_trainer_does(tmp_path,
 
 def test_colocate_mode_trains_with_an_in_process_engine(tmp_path, copy_model):
     # In its own process: the engine sets up torch.distributed and its workers, which must not outlive the test.
-    script = Path(__file__).parent / "vllm_engine" / "colocate_run.py"
+    script = Path(__file__).parent / "vllm_engine" / "engine_run.py"
     result = subprocess.run([sys.executable, str(script), str(copy_model), str(tmp_path)], capture_output=True,
                             text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
@@ -337,44 +336,54 @@ def test_colocate_mode_trains_with_an_in_process_engine(tmp_path, copy_model):
     assert report["engine_greedy"] == report["model_greedy"]
 
 
-def test_colocate_rounds_prompt_by_prompt_give_each_prompt_its_rules_rollouts(tmp_path, copy_model):
-    # Reinforce-Ada with rewards scripted by prompt and a cap that binds in round 2 (colocate_run.py main_per_prompt):
-    # rounds 0 and 1 go prompt by prompt, round 2 is the rule's cut on every prompt, sent as one request.
-    script = Path(__file__).parent / "vllm_engine" / "colocate_run.py"
-    result = subprocess.run([sys.executable, str(script), str(copy_model), str(tmp_path), "per-prompt"],
-                            capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
-    report = json.loads((tmp_path / "report.json").read_text())
-    assert report["steps"] == 3 and report["batches"] == 3
-    assert report["rounds"] == [[40, 24, 6]] * 3 and report["rounds_ahead"] == [2] * 3
-    assert report["logged_prompt_by_prompt"] == [2.0] * 3  # budget/rounds_prompt_by_prompt
-    # and exactly the rounds a fresh rule decides round by round on each batch's outcomes
-    assert report["rounds_as_the_rule_decides"]
-    assert report["rewarded_rows"] == 3 * 70  # every rollout scored once
-    # every completion was scored for the prompt it was generated from (the copy task: its first digit)
-    assert not report["strays"] and not report["misplaced"]  # and every trained row holds its own prompt's
-    # rows were scored as their rounds finished, in more pieces than the batch has rounds
-    assert all(scorings > 3 for scorings in report["scorings"])
-
-
-def test_colocate_rounds_prompt_by_prompt_on_two_processes_decide_alike(tmp_path, copy_model):
-    # The same run on 2 processes, each with its own engine: each prompt's round is dealt evenly over them, the
-    # processes share which rollouts finished after every engine step, and every process's schedule hears of the
-    # complete rounds in the same order, so both decide the same rounds from the same outcomes.
-    script = Path(__file__).parent / "vllm_engine" / "colocate_run.py"
-    launch = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-              "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-              "--main_process_port", str(free_port())]
-    result = subprocess.run([*launch, str(script), str(copy_model), str(tmp_path), "per-prompt"],
+def run_rounds_prompt_by_prompt(tmp_path, copy_model, processes: int, server: dict | None = None) -> list[dict]:
+    """engine_run.py's Reinforce-Ada run whose rounds go prompt by prompt (main_per_prompt: rewards scripted by prompt,
+    a cap that binds in round 2), on `processes` processes, colocated or sent to `server`; every process's report."""
+    script = Path(__file__).parent / "vllm_engine" / "engine_run.py"
+    launch = [sys.executable] if processes == 1 else [
+        sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", str(processes),
+        "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+        "--main_process_port", str(free_port())]
+    where = [f"{server['host']}:{server['port']}"] if server else []
+    result = subprocess.run([*launch, str(script), str(copy_model), str(tmp_path), "per-prompt", *where],
                             capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
-    reports = [json.loads((tmp_path / f"report-{rank}.json").read_text()) for rank in range(2)]
+    names = ["report.json"] if processes == 1 else [f"report-{rank}.json" for rank in range(processes)]
+    return [json.loads((tmp_path / name).read_text()) for name in names]
+
+
+def assert_each_prompt_got_its_rules_rollouts(reports: list[dict]) -> None:
     for report in reports:
         assert report["steps"] == 3 and report["batches"] == 3
+        # rounds 0 and 1 prompt by prompt, round 2 the rule's cut on every prompt, sent as one request
         assert report["rounds"] == [[40, 24, 6]] * 3 and report["rounds_ahead"] == [2] * 3
-        assert report["logged_prompt_by_prompt"] == [2.0] * 3
+        assert report["logged_prompt_by_prompt"] == [2.0] * 3  # budget/rounds_prompt_by_prompt
+        # and exactly the rounds a fresh rule decides round by round on each batch's outcomes
         assert report["rounds_as_the_rule_decides"]
-        assert report["rewarded_rows"] == 3 * 70 // 2  # each process scored its half of every round, once
-        assert not report["strays"] and not report["misplaced"]  # trained rows hold their own prompt's completions
+        assert report["rewarded_rows"] == 3 * 70 // len(reports)  # each process scored its share of every rollout
+        # every completion was scored for the prompt it was generated from (the copy task: its first digit), and
+        # every trained row holds its own prompt's completion
+        assert not report["strays"] and not report["misplaced"]
+        # rows were scored as their rounds finished, in more pieces than the batch has rounds
         assert all(scorings > 3 for scorings in report["scorings"])
-    assert reports[0]["outcomes"] == reports[1]["outcomes"]  # every process saw every outcome, in the same slots
+    # every process saw every outcome, in the same slots: they decided alike
+    assert all(report["outcomes"] == reports[0]["outcomes"] for report in reports)
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_colocate_rounds_prompt_by_prompt_give_each_prompt_its_rules_rollouts(tmp_path, copy_model, processes):
+    # On 2 processes each has its own engine: each prompt's round is dealt evenly over them, the processes share which
+    # rollouts finished after every engine step, and every process's schedule hears of the complete rounds in the
+    # same order.
+    assert_each_prompt_got_its_rules_rollouts(run_rounds_prompt_by_prompt(tmp_path, copy_model, processes))
+
+
+def test_server_rounds_prompt_by_prompt_send_each_prompts_round_as_its_own_request(tmp_path, copy_model,
+                                                                                   vllm_server):
+    # On 2 processes (one process differs only in broadcasting nothing): the main process sends each prompt's round
+    # as a request of its own (n = 4) while others are in flight, and broadcasts the rounds that came back; each
+    # process scores its half. The rule's shared round 2 is TRL's one request of 6 rows.
+    reports = run_rounds_prompt_by_prompt(tmp_path, copy_model, 2, vllm_server)
+    assert_each_prompt_got_its_rules_rollouts(reports)
+    assert Counter(map(tuple, reports[0]["requests"])) == {(1, 4): 3 * (10 + 6), (6, 1): 3}
+    assert all(not report["requests"] for report in reports[1:])  # only the main process talks to the server

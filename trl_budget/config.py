@@ -174,9 +174,9 @@ class BudgetGRPOConfig(GRPOConfig):
             engine as soon as its own round has finished and been scored, while the other prompts' rollouts keep
             decoding, instead of one blocking request a round. A prompt goes on alone only while the rule's decision
             for it is provably its own; the rest is decided round by round, so the batch gets exactly the rounds the
-            round-synchronous path gives it. `vllm_mode="colocate"` (on several processes, every amount of a round a
-            multiple of the processes: each prompt's round is dealt evenly over their engines), text prompts without
-            tools.
+            round-synchronous path gives it. vLLM in either mode (colocate: the in-process engine's requests; server:
+            a request a prompt's round), text prompts without tools; on several processes every amount of a round a
+            multiple of the processes (each prompt's round is dealt evenly over them).
 
         > Parameters of dynamic sampling (DAPO)
 
@@ -382,8 +382,8 @@ class BudgetGRPOConfig(GRPOConfig):
     budget_per_prompt_rounds: bool = field(
         default=False,
         metadata={"help": "With rounds (Reinforce-Ada, rounds until mixed): send each prompt's next round to the "
-                  "colocated vLLM engine as soon as its own round is scored, deciding exactly as the round-synchronous "
-                  "path does. vllm_mode='colocate'; on several processes, every amount of a round a multiple of the "
+                  "vLLM engine (colocated or served) as soon as its own round is scored, deciding exactly as the "
+                  "round-synchronous path does. On several processes, every amount of a round a multiple of the "
                   "processes."},
     )
     budget_dynamic_sampling: bool = field(

@@ -1,20 +1,22 @@
-"""Rounds generated prompt by prompt on the colocated vLLM engine (`budget_per_prompt_rounds`).
+"""Rounds generated prompt by prompt on vLLM (`budget_per_prompt_rounds`), colocated or served.
 
 The round-synchronous path sends one blocking request a round, so every prompt of a round waits for the round's
-longest completion before any prompt's next round is sent. Here the engine's request queue is driven directly: every
-rollout is its own request (n = 1, as TRL's colocate generation sends them); the engine is stepped; as soon as all of a
-prompt's rollouts of a round have finished they are scored, and the prompt's next round, when `PerPromptSchedule` finds
-it provably the prompt's own, is added to the engine while the other prompts' rollouts keep decoding. What finished in
-one engine step is scored together by TRL's own pipeline (`_generate_and_score_completions`), whose generation step
-returns the engine's completions for exactly those rows (`Replayed`, which checks that each goes to the prompt it was
-generated from). Once every prompt has stopped or waits, the rounds are handed back to the rule (which is replayed over
-them, checking every round) and laid out as the synchronous path lays them out; the rest of the batch, if any, is the
-synchronous path's. On several processes each process runs the same schedule on the same events
+longest completion before any prompt's next round is sent. Here the requests are sent round by round of each prompt:
+in colocate mode the in-process engine's request queue is driven directly (every rollout its own request, n = 1, as
+TRL's colocate generation sends them; the engine stepped), in server mode each prompt's round is its own request to
+TRL's `vllm-serve` (n = its rollouts, on a thread of its own, so that the server's engine batches every round in
+flight). As soon as all of a prompt's rollouts of a round have finished they are scored, and the prompt's next round,
+when `PerPromptSchedule` finds it provably the prompt's own, is sent while the other prompts' rollouts keep decoding.
+What finished in one step is scored together by TRL's own pipeline (`_generate_and_score_completions`), whose
+generation step returns the engine's completions for exactly those rows (`Replayed`, which checks that each goes to the
+prompt it was generated from). Once every prompt has stopped or waits, the rounds are handed back to the rule (which is
+replayed over them, checking every round) and laid out as the synchronous path lays them out; the rest of the batch, if
+any, is the synchronous path's. On several processes each process runs the same schedule on the same events
 (`generate_prompt_by_prompt` says how), so every process decides alike, whatever finishes first where.
 
-Relies on TRL 1.16's colocate internals: `vllm_generation.llm` (the in-process engine) and its sampling settings,
-`_tokenize_prompts`, and the weight-sync bookkeeping `_last_loaded_step`.
-"""
+Relies on TRL 1.16's vLLM internals: `vllm_generation.llm` (the in-process engine), `vllm_generation.vllm_client` (the
+server's client, on the main process) and their sampling settings, `_tokenize_prompts`, and the weight-sync
+bookkeeping `_last_loaded_step`."""
 
 from __future__ import annotations
 
@@ -52,16 +54,133 @@ def sampling_params(generation):
     from vllm import SamplingParams
     from vllm.sampling_params import StructuredOutputsParams
 
-    kwargs = {"n": 1, "repetition_penalty": generation.repetition_penalty, "temperature": generation.temperature,
-              "top_p": generation.top_p, "top_k": generation.top_k,
-              "min_p": 0.0 if generation.min_p is None else generation.min_p,
-              "max_tokens": generation.max_completion_length, "logprobs": generation.logprobs,
-              **generation.generation_kwargs}
+    kwargs = {"n": 1, **_sampling(generation), **generation.generation_kwargs}
     if generation.structured_outputs_regex is not None:
         kwargs["structured_outputs"] = StructuredOutputsParams(regex=generation.structured_outputs_regex)
     elif isinstance(kwargs.get("structured_outputs"), dict):
         kwargs["structured_outputs"] = StructuredOutputsParams(**kwargs["structured_outputs"])
     return SamplingParams(**kwargs)
+
+
+def _sampling(generation) -> dict:
+    """The sampling settings TRL's generation sends in both modes."""
+    return {"repetition_penalty": generation.repetition_penalty, "temperature": generation.temperature,
+            "top_p": generation.top_p, "top_k": generation.top_k,
+            "min_p": 0.0 if generation.min_p is None else generation.min_p,
+            "max_tokens": generation.max_completion_length, "logprobs": generation.logprobs}
+
+
+# A finished rollout as `_score` needs it: its round's key (prompt, round), its index in the round, its completion's
+# token ids and the sampled tokens' logprobs (None when TRL asks for none).
+Rollout = tuple[tuple[int, int], int, list[int], list[float] | None]
+
+
+class _EngineRollouts:
+    """Colocate mode: every process generates its share of each round (rollouts rank·c/P to (rank+1)·c/P − 1 of a
+    round of c) on its own in-process engine, one request a rollout; after every engine step the processes share
+    which rollouts finished."""
+
+    def __init__(self, trainer, prompt_ids: list[list[int]]):
+        generation = trainer.vllm_generation
+        self.prompt_ids = prompt_ids
+        self.processes, self.rank = trainer.accelerator.num_processes, trainer.accelerator.process_index
+        self.engine, self.params, self.batch = generation.llm.llm_engine, sampling_params(generation), next(_batches)
+        self.requests: dict[str, tuple[int, int, int]] = {}  # request id -> (prompt, round, rollout), this process's
+
+    def send(self, prompt: int, round_index: int, count: int) -> None:
+        share = count // self.processes
+        for rollout in range(self.rank * share, (self.rank + 1) * share):
+            request = f"trl-budget-{self.batch}-{prompt}-{round_index}-{rollout}"
+            self.engine.add_request(request, {"prompt_token_ids": self.prompt_ids[prompt]}, self.params)
+            self.requests[request] = (prompt, round_index, rollout)
+
+    def step(self) -> tuple[int, list[tuple[int, int]], list[Rollout]]:
+        """One engine step: the requests pending on every process, the round of every rollout finished on any
+        process, and this process's finished rollouts."""
+        from trl.generation.vllm_generation import extract_logprobs
+
+        mine = []
+        for output in self.engine.step() if self.requests else ():
+            if output.finished and output.request_id in self.requests:
+                prompt, round_index, rollout = self.requests.pop(output.request_id)
+                logprobs = extract_logprobs([output])[0]
+                mine.append(((prompt, round_index), rollout, list(output.outputs[0].token_ids),
+                             None if logprobs is None else [top[0] for top in logprobs[0]]))
+        event = (len(self.requests), [key for key, *_ in mine])
+        if self.processes == 1:
+            return (*event, mine)
+        from accelerate.utils import gather_object
+
+        events = gather_object([event])
+        return sum(pending for pending, _ in events), [key for _, keys in events for key in keys], mine
+
+    def close(self) -> None:
+        if self.requests:  # a failure: nothing of this batch stays in the engine
+            self.engine.abort_request(list(self.requests))
+
+
+class _ServerRollouts:
+    """Server mode: the main process sends each prompt's round to TRL's vLLM server as a request of its own (n = its
+    rollouts, on a thread of its own), so that rounds of different prompts are in flight together and the server's
+    engine batches them; each step waits for at least one round and broadcasts the finished rounds to every process,
+    which takes its share of each (rollouts rank·c/P to (rank+1)·c/P − 1)."""
+
+    def __init__(self, trainer, prompt_ids: list[list[int]]):
+        from concurrent.futures import ThreadPoolExecutor
+
+        generation = trainer.vllm_generation
+        self.prompt_ids = prompt_ids
+        self.processes, self.rank = trainer.accelerator.num_processes, trainer.accelerator.process_index
+        self.main = trainer.accelerator.is_main_process
+        self.client = generation.vllm_client if self.main else None
+        self.params = {**_sampling(generation), "structured_outputs_regex": generation.structured_outputs_regex,
+                       "generation_kwargs": generation.generation_kwargs}
+        self.pool = ThreadPoolExecutor(max_workers=max(len(prompt_ids), 1)) if self.main else None
+        self.in_flight: dict = {}  # future -> (prompt, round)
+
+    def send(self, prompt: int, round_index: int, count: int) -> None:
+        if self.main:
+            future = self.pool.submit(self.client.generate, prompts=[self.prompt_ids[prompt]], n=count, **self.params)
+            self.in_flight[future] = (prompt, round_index)
+
+    def step(self) -> tuple[int, list[tuple[int, int]], list[Rollout]]:
+        """Wait for a round: the requests pending, the round of every rollout finished, and this process's share."""
+        payload = [self._finished_rounds() if self.main else None]
+        if self.processes > 1:
+            from accelerate.utils import broadcast_object_list
+
+            broadcast_object_list(payload, from_process=0)
+        pending, rounds, error = payload[0]
+        if error is not None:  # raised on every process, so that none waits for the others
+            raise RuntimeError(f"rounds prompt by prompt: a request to the vLLM server failed: {error}")
+        everywhere, mine = [], []
+        for key, completions, logprobs in rounds:
+            everywhere += [key] * len(completions)
+            share = len(completions) // self.processes
+            for rollout in range(self.rank * share, (self.rank + 1) * share):
+                mine.append((key, rollout, completions[rollout],
+                             None if logprobs is None else [top[0] for top in logprobs[rollout]]))
+        return pending, everywhere, mine
+
+    def _finished_rounds(self) -> tuple[int, list, str | None]:
+        from concurrent.futures import FIRST_COMPLETED, wait
+
+        done = wait(list(self.in_flight), return_when=FIRST_COMPLETED)[0] if self.in_flight else ()
+        rounds = []
+        for future in sorted(done, key=self.in_flight.get):  # by key: the order never depends on timing
+            key = self.in_flight.pop(future)
+            try:
+                output = future.result()
+            except Exception as error:  # sent to every process, which raise it together
+                return len(self.in_flight), [], f"{type(error).__name__}: {error}"
+            rounds.append((key, output["completion_ids"], output["logprobs"]))
+        return len(self.in_flight), rounds, None
+
+    def close(self) -> None:
+        if self.main:
+            for future in self.in_flight:
+                future.cancel()
+            self.pool.shutdown(wait=True)  # a request already sent finishes; its rollouts are dropped
 
 
 class _Scored:
@@ -88,13 +207,14 @@ class _Scored:
 
 def generate_prompt_by_prompt(trainer, rule, prompts: list[dict[str, Any]]) -> GeneratedRounds:
     """The batch's rounds up to where every prompt has stopped or waits for the rule's shared decision, generated on
-    the trainer's colocated engine prompt by prompt and scored by TRL; laid out as the synchronous path lays them.
+    the trainer's vLLM engine prompt by prompt and scored by TRL; laid out as the synchronous path lays them.
 
     On several processes every process runs the same schedule on the same events: each prompt's round is dealt evenly
-    over the processes (each generates its share on its own engine); after every engine step the processes share which
-    rollouts finished (one collective), so all of them see a round complete in the same iteration; the iteration's
-    complete rounds are scored on every process at once, each scoring its share; and the schedule hears of them in the
-    order of their keys. Where a round cannot be dealt evenly, nothing goes prompt by prompt."""
+    over the processes; each step, every process learns which rollouts finished anywhere (colocate: one collective
+    after each engine step; server: the main process broadcasts the rounds the server returned), so all of them see a
+    round complete in the same step; the step's complete rounds are scored on every process at once, each scoring its
+    share; and the schedule hears of them in the order of their keys. Where a round cannot be dealt evenly, nothing
+    goes prompt by prompt."""
     processes, rank = trainer.accelerator.num_processes, trainer.accelerator.process_index
     schedule = PerPromptSchedule(rule, len(prompts))
     first = schedule.first_round()
@@ -105,32 +225,23 @@ def generate_prompt_by_prompt(trainer, rule, prompts: list[dict[str, Any]]) -> G
         generation.sync_weights()
         trainer._last_loaded_step = trainer.state.global_step
     prompt_ids = [list(ids) for ids in trainer._tokenize_prompts([row["prompt"] for row in prompts])[0]]
-    engine, params, batch = generation.llm.llm_engine, sampling_params(generation), next(_batches)
-    requests: dict[str, tuple[int, int, int]] = {}  # request id -> (prompt, round, rollout), this process's
-    finished: dict[tuple[int, int], dict[int, Any]] = {}  # (prompt, round) -> this process's rollouts finished
+    source = (_ServerRollouts if generation.mode == "server" else _EngineRollouts)(trainer, prompt_ids)
+    finished: dict[tuple[int, int], dict[int, Rollout]] = {}  # (prompt, round) -> this process's rollouts finished
     done: dict[tuple[int, int], int] = {}  # (prompt, round) -> its rollouts finished on every process
 
-    def submit(prompt: int, round_index: int, count: int) -> None:
-        share = count // processes
+    def send(prompt: int, round_index: int, count: int) -> None:
         finished[(prompt, round_index)], done[(prompt, round_index)] = {}, 0
-        for rollout in range(rank * share, (rank + 1) * share):
-            request = f"trl-budget-{batch}-{prompt}-{round_index}-{rollout}"
-            engine.add_request(request, {"prompt_token_ids": prompt_ids[prompt]}, params)
-            requests[request] = (prompt, round_index, rollout)
+        source.send(prompt, round_index, count)
 
     scored: list[_Scored] = []
     try:
         for prompt, count in enumerate(first):
             if count:
-                submit(prompt, 0, int(count))
+                send(prompt, 0, int(count))
         while True:
-            mine = []
-            for output in engine.step() if requests else ():
-                if output.finished and output.request_id in requests:
-                    prompt, round_index, rollout = requests.pop(output.request_id)
-                    finished[(prompt, round_index)][rollout] = output
-                    mine.append((prompt, round_index))
-            pending, everywhere = _shared(trainer, (len(requests), mine))
+            pending, everywhere, mine = source.step()
+            for rollout in mine:
+                finished[rollout[0]][rollout[1]] = rollout
             for key in everywhere:
                 done[key] += 1
             ready = sorted({key for key in everywhere if done[key] == schedule.rounds[key[1]][key[0]]})
@@ -140,37 +251,22 @@ def generate_prompt_by_prompt(trainer, rule, prompts: list[dict[str, Any]]) -> G
                 for key in ready:
                     going += schedule.finished(*key, scored[-1].round_outcomes(key))
             for prompt, round_index, count in going:
-                submit(prompt, round_index, count)
+                send(prompt, round_index, count)
             if not pending and not going:  # the same on every process: every rollout sent has finished
                 break
     finally:
-        if requests:  # a failure: nothing of this batch stays in the engine
-            engine.abort_request(list(requests))
+        source.close()
     return _laid_out(trainer, schedule, scored)
-
-
-def _shared(trainer, event: tuple[int, list]) -> tuple[int, list[tuple[int, int]]]:
-    """Every process's (requests pending, rounds of the rollouts it finished this step): the requests pending in all,
-    and the round of every rollout finished on any process."""
-    if trainer.accelerator.num_processes == 1:
-        return event
-    from accelerate.utils import gather_object
-
-    events = gather_object([event])
-    return sum(pending for pending, _ in events), [key for _, keys in events for key in keys]
 
 
 def _score(trainer, prompts, prompt_ids, ready: list[tuple[int, int]], finished: dict, processes: int) -> _Scored:
     """TRL's scoring of this process's rows of the `ready` rounds, with its engine's completions as its generation."""
-    from trl.generation.vllm_generation import extract_logprobs
-
     shares = [len(finished[key]) for key in ready]
-    outputs = [rollouts[rollout] for rollouts in map(finished.pop, ready) for rollout in sorted(rollouts)]
+    rollouts = [round_[index] for round_ in map(finished.pop, ready) for index in sorted(round_)]
     row_prompts = [prompt for (prompt, _), share in zip(ready, shares) for _ in range(share)]
-    logprobs, _ = extract_logprobs(outputs)
-    trainer._replayed = Replayed([prompt_ids[prompt] for prompt in row_prompts],
-                                 [list(output.outputs[0].token_ids) for output in outputs],
-                                 None if logprobs is None else [[top[0] for top in seq] for seq in logprobs])
+    logprobs = [rollout[3] for rollout in rollouts]
+    trainer._replayed = Replayed([prompt_ids[prompt] for prompt in row_prompts], [rollout[2] for rollout in rollouts],
+                                 None if any(lp is None for lp in logprobs) else logprobs)
     try:
         output, rewards, lengths = trainer._scored_rows([prompts[prompt] for prompt in row_prompts], trl_layout=False)
     finally:

@@ -75,8 +75,8 @@ def check_dynamic_sampling(allocator, dataset, prompts_per_generation_batch: int
 
 
 def check_per_prompt_rounds(args: BudgetGRPOConfig, allocator, agent_options: dict) -> None:
-    """Rounds prompt by prompt drive the colocated engine's requests themselves: a rule of rounds decided prompt by
-    prompt, whose rounds deal evenly over the processes, one engine a process that stays awake, single-turn text
+    """Rounds prompt by prompt send vLLM's requests themselves: a rule of rounds decided prompt by prompt, whose rounds
+    deal evenly over the processes, in colocate mode one engine a process that stays awake, single-turn text
     generation."""
     fix = " Set budget_per_prompt_rounds=False to generate one blocking request a round."
     if not (hasattr(allocator, "round_rule") or args.budget_round_generations) or args.budget_dynamic_sampling:
@@ -85,14 +85,17 @@ def check_per_prompt_rounds(args: BudgetGRPOConfig, allocator, agent_options: di
             f"by prompt: budget_allocator='reinforce_ada', or rounds until mixed (budget_round_generations > 0); this "
             f"run's allocator is {allocator!r} with budget_round_generations={args.budget_round_generations}"
             f"{' and dynamic sampling' if args.budget_dynamic_sampling else ''}, which would ignore it.{fix}")
-    wanted = {"use_vllm": (args.use_vllm, True), "vllm_mode": (args.vllm_mode, "colocate"),
-              "vllm_enable_sleep_mode": (args.vllm_enable_sleep_mode, False),
+    if not args.use_vllm:
+        raise ValueError(f"budget_per_prompt_rounds=True sends each prompt's rounds to vLLM, so it needs "
+                         f"use_vllm=True; this run has use_vllm=False.{fix}")
+    wanted = {"vllm_enable_sleep_mode": (args.vllm_enable_sleep_mode, False),
               "vllm_tensor_parallel_size": (args.vllm_tensor_parallel_size, 1)}
     for name, (value, needed) in wanted.items():
-        if value != needed:
+        if args.vllm_mode == "colocate" and value != needed:
             raise ValueError(
-                f"budget_per_prompt_rounds=True sends each prompt's rounds to an in-process vLLM engine that stays "
-                f"awake between them, so it needs {name}={needed!r}; this run has {name}={value!r}.{fix}")
+                f"budget_per_prompt_rounds=True in vllm_mode='colocate' sends each prompt's rounds to an in-process "
+                f"vLLM engine that stays awake between them, so it needs {name}={needed!r}; this run has "
+                f"{name}={value!r}.{fix} (or vllm_mode='server')")
     if args.world_size > 1:
         check_rounds_deal_evenly(args, allocator)
     used = [name for name in ("tools", "rollout_func", "environment_factory") if agent_options.get(name)]

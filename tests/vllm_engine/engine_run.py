@@ -1,12 +1,14 @@
-"""Run by test_vllm_engine.py in a process of its own: BudgetGRPOTrainer in vLLM colocate mode on CPU.
+"""Run by test_vllm_engine.py in a process of its own: BudgetGRPOTrainer against a real vLLM engine on CPU.
 
-    colocate_run.py MODEL_DIR OUTPUT_DIR               # writes OUTPUT_DIR/report.json
-    colocate_run.py MODEL_DIR OUTPUT_DIR per-prompt    # Reinforce-Ada's rounds prompt by prompt
-    accelerate launch --num_processes 2 colocate_run.py MODEL_DIR OUTPUT_DIR per-prompt   # the same on 2 processes,
-                                                       # each with its own engine; writes report-RANK.json
+    engine_run.py MODEL_DIR OUTPUT_DIR                           # colocate mode; writes OUTPUT_DIR/report.json
+    engine_run.py MODEL_DIR OUTPUT_DIR per-prompt                # Reinforce-Ada's rounds prompt by prompt, colocate
+    engine_run.py MODEL_DIR OUTPUT_DIR per-prompt HOST:PORT      # the same, sent to `trl vllm-serve` at HOST:PORT
+    accelerate launch --num_processes 2 engine_run.py MODEL_DIR OUTPUT_DIR per-prompt [HOST:PORT]
+                                                                 # the same on 2 processes; writes report-RANK.json
 
-The one replacement (see test_vllm_engine.py): the weight sync reloads the parameters in place with vLLM's
-`model_runner.reload_weights`, since TRL's per-parameter `model.load_weights` fails on vLLM's CPU linear layers.
+The replacements (see test_vllm_engine.py): in colocate mode the weight sync reloads the parameters in place with
+vLLM's `model_runner.reload_weights`, since TRL's per-parameter `model.load_weights` fails on vLLM's CPU linear
+layers; in server mode the NCCL weight sync (CUDA only) becomes a counter.
 """
 
 import json
@@ -18,6 +20,7 @@ from pathlib import Path
 sys.path[:0] = [str(Path(__file__).parents[1])]  # the tests folder: helpers and this package
 
 import torch  # noqa: E402
+import trl.generation.vllm_client as vllm_client  # noqa: E402
 import trl.generation.vllm_generation as vllm_generation  # noqa: E402
 from helpers import config_kwargs  # noqa: E402
 from vllm_engine.copy_task import belongs_to_its_prompt, copy_dataset, misplaced_rows  # noqa: E402
@@ -25,6 +28,13 @@ from vllm_engine.copy_task import belongs_to_its_prompt, copy_dataset, misplaced
 from trl_budget import BudgetGRPOConfig, BudgetGRPOTrainer  # noqa: E402
 
 SYNCS = []
+
+
+def server_sync_replacements(syncs: list) -> dict:
+    """Server mode's NCCL weight sync (CUDA only) replaced by a counter: `VLLMClient` attribute -> replacement."""
+    return {"init_communicator": lambda self, device=None: None,
+            "update_named_params": lambda self, metadata, params: syncs.append(sum(1 for _ in params)),
+            "close_communicator": lambda self: None}
 
 
 def reload_in_place(self):
@@ -118,14 +128,29 @@ def rounds_the_rule_decides(rounds, settings: dict) -> bool:
     return rule.next_round(evidence) is None
 
 
-def main_per_prompt(model_dir: str, output_dir: str) -> None:
+def main_per_prompt(model_dir: str, output_dir: str, server: str | None = None) -> None:
     """Reinforce-Ada positive-focused (4 rollouts a round, exit on a success) on all 10 copy prompts a batch, whose
     rewards are scripted by prompt: the rollouts of prompt `a+b=` fail in its first a mod 3 rounds and succeed after
     (each process fails the first (a mod 3) x its share of a round it scores), so it needs a mod 3 + 1 rounds (40,
     then 24, then 12 rollouts). Under a cap of 70 a batch, rounds 0 and 1 are provably each prompt's own (once the four
     prompts done in round 0 have stopped, round 1 fits: 40 + 6 x 4 = 64), round 2 is not (64 + 3 x 4 > 70): the rule
-    cuts it on every prompt to the 6 left, 2 for each of the three prompts still failing."""
-    vllm_generation.VLLMGeneration.sync_weights = reload_in_place
+    cuts it on every prompt to the 6 left, 2 for each of the three prompts still failing. With `server` (HOST:PORT),
+    the rounds go to `trl vllm-serve` there; the report also lists every request sent, as (prompts, n)."""
+    if server is None:
+        vllm_generation.VLLMGeneration.sync_weights = reload_in_place
+    else:
+        for name, replacement in server_sync_replacements([]).items():
+            setattr(vllm_client.VLLMClient, name, replacement)
+    requests_sent, generate = [], vllm_client.VLLMClient.generate
+
+    def recording(self, prompts, *args, **kwargs):
+        requests_sent.append((len(prompts), kwargs.get("n", 1)))
+        return generate(self, prompts, *args, **kwargs)
+
+    vllm_client.VLLMClient.generate = recording
+    host, port = server.split(":") if server else (None, None)
+    mode = {"vllm_mode": "server", "vllm_server_host": host, "vllm_server_port": int(port)} if server else {
+        "vllm_mode": "colocate", "vllm_gpu_memory_utilization": 0.1, "vllm_max_model_length": 64}
     rewarded, seen = [], Counter()
     processes = int(os.environ.get("WORLD_SIZE", 1))
     share = 4 // processes  # of a round of 4, on this process
@@ -140,7 +165,7 @@ def main_per_prompt(model_dir: str, output_dir: str) -> None:
         return rewards
 
     args = BudgetGRPOConfig(**config_kwargs(
-        output_dir, use_vllm=True, vllm_mode="colocate", vllm_gpu_memory_utilization=0.1, vllm_max_model_length=64,
+        output_dir, use_vllm=True, **mode,
         max_completion_length=6, temperature=0.7, max_steps=3, per_device_train_batch_size=40 // processes,
         budget_allocator="reinforce_ada", reinforce_ada_choice="positive_focused", reinforce_ada_samples_per_round=4,
         reinforce_ada_max_rounds=4, reinforce_ada_max_generated=70, budget_per_prompt_rounds=True,
@@ -160,7 +185,7 @@ def main_per_prompt(model_dir: str, output_dir: str) -> None:
         "rounds_as_the_rule_decides": all(rounds_the_rule_decides(rounds, settings) for rounds in batches),
         "strays": [(p, c) for p, c in rewarded if not belongs_to_its_prompt(p, c)][:10],
         "rewarded_rows": len(rewarded), "misplaced": PerPromptRecorder.misplaced[:10],
-        "outcomes": [rounds.outcomes_in_plan_order().tolist() for rounds in batches],
+        "outcomes": [rounds.outcomes_in_plan_order().tolist() for rounds in batches], "requests": requests_sent,
     }
     name = "report.json" if processes == 1 else f"report-{trainer.accelerator.process_index}.json"
     Path(output_dir, name).write_text(json.dumps(report))
@@ -185,7 +210,7 @@ def greedy_answers(trainer, prompts: list[str]) -> dict[str, list[list[int]]]:
 
 
 if __name__ == "__main__":
-    if sys.argv[3:] == ["per-prompt"]:
-        main_per_prompt(*sys.argv[1:3])
+    if sys.argv[3:4] == ["per-prompt"]:
+        main_per_prompt(*sys.argv[1:3], *sys.argv[4:5])
     else:
         main(*sys.argv[1:])
