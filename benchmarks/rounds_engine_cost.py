@@ -24,9 +24,9 @@ request per round) and colocate (an in-process engine, one `generate` call per r
   model's lengths are the benchmark's, so it is not updated (the updates are skipped), and a batch's 8 micro-batches
   make one update, so that no old log-probabilities are computed on the CPU: a timed batch is the engine's
   generation, the scoring and the rule's work.
-- `--arms ...-per-prompt` (colocate only): `rounds-uniform`, `rounds-uniform-large` and `reinforce-ada-positive` with
-  `budget_per_prompt_rounds=True`, each prompt's next round sent as soon as its own round is scored; the replayed
-  outcomes give them the same rounds as their round-synchronous selves.
+- `--arms ...-per-prompt`: `rounds-uniform`, `rounds-uniform-large` and `reinforce-ada-positive` with
+  `budget_per_prompt_rounds=True`, each prompt's next round sent as soon as its own round is scored (in server mode as
+  a request of its own); the replayed outcomes give them the same rounds as their round-synchronous selves.
 - Timed: each generation batch's `_generate_and_score_completions` (every round's generation, scoring, the rule's
   decisions, merging, advantages). The updates are not timed. Arms alternate (repeats in opposite orders), and each
   batch's time is compared with uniform n = 8's batch of the same index and repeat: the ratio is taken side by side.

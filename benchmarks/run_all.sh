@@ -41,6 +41,25 @@ OMP_NUM_THREADS=1 .venv-vllm/bin/python benchmarks/rounds_engine_cost.py --lengt
 OMP_NUM_THREADS=1 .venv-vllm/bin/python benchmarks/rounds_engine_cost.py --lengths real --modes colocate --batches 4 \
     --skip 1 --repeats 2 --arms uniform-n12 uniform-n16 rounds-uniform-large \
     --output benchmarks/results/rounds_engine_cost-real-more.json
+# Rounds prompt by prompt (budget_per_prompt_rounds) in the trainer beside round by round, colocate then server.
+OMP_NUM_THREADS=1 .venv-vllm/bin/python benchmarks/rounds_engine_cost.py --lengths real --modes colocate --batches 6 \
+    --skip 1 --repeats 2 --arms reinforce-ada-positive reinforce-ada-positive-per-prompt \
+    --output benchmarks/results/rounds_engine_cost-per-prompt.json
+OMP_NUM_THREADS=1 .venv-vllm/bin/python benchmarks/rounds_engine_cost.py --lengths real --modes server --batches 6 \
+    --skip 1 --repeats 2 --arms reinforce-ada-positive reinforce-ada-positive-per-prompt \
+    --output benchmarks/results/rounds_engine_cost-per-prompt-server.json
+# What removing the round barrier buys, on the engine alone: every path, then the exact per-prompt path beside the
+# synchronous one, colocate and server.
+OMP_NUM_THREADS=1 .venv-vllm/bin/python benchmarks/per_prompt_rounds.py --batches 5
+OMP_NUM_THREADS=1 .venv-vllm/bin/python benchmarks/per_prompt_rounds.py --batches 4 --jobs \
+    colocate:reinforce-ada-positive/rounds colocate:reinforce-ada-positive/per-prompt \
+    --output benchmarks/results/per_prompt_rounds-exact.json
+OMP_NUM_THREADS=1 .venv-vllm/bin/python benchmarks/per_prompt_rounds.py --batches 4 --jobs \
+    colocate:rounds-uniform/rounds colocate:rounds-uniform/per-prompt \
+    --output benchmarks/results/per_prompt_rounds-until-mixed.json
+OMP_NUM_THREADS=1 .venv-vllm/bin/python benchmarks/per_prompt_rounds.py --batches 4 --jobs \
+    server:reinforce-ada-positive/rounds server:reinforce-ada-positive/per-prompt \
+    --output benchmarks/results/per_prompt_rounds-server.json
 
 # The fourth study's pilot on the sorting task (its warm start: python -m trl_budget.demo.build_warm_start --task
 # sorting): the warm start level by level, then uniform n = 8 and 16 on every pre-registered candidate.
