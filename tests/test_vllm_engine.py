@@ -38,7 +38,7 @@ import trl.generation.vllm_client as vllm_client  # noqa: E402
 from helpers import config_kwargs  # noqa: E402
 from trl import GRPOTrainer  # noqa: E402
 from vllm_engine.copy_task import belongs_to_its_prompt, build_copy_model, copy_dataset, misplaced_rows  # noqa: E402
-from vllm_engine.engine_run import server_sync_replacements  # noqa: E402
+from vllm_engine.engine_run import recording_requests, server_sync_replacements  # noqa: E402
 
 from trl_budget import BudgetGRPOConfig, BudgetGRPOTrainer  # noqa: E402
 
@@ -135,13 +135,8 @@ def cpu_weight_sync(monkeypatch):
 @pytest.fixture
 def requests_sent(monkeypatch):
     """Every generation request the trainer sends to the server: (number of prompts, n)."""
-    sent, generate = [], vllm_client.VLLMClient.generate
-
-    def recording(self, prompts, *args, **kwargs):
-        sent.append((len(prompts), kwargs.get("n", 1)))
-        return generate(self, prompts, *args, **kwargs)
-
-    monkeypatch.setattr(vllm_client.VLLMClient, "generate", recording)
+    sent = []
+    monkeypatch.setattr(vllm_client.VLLMClient, "generate", recording_requests(sent))
     return sent
 
 

@@ -37,6 +37,17 @@ def server_sync_replacements(syncs: list) -> dict:
             "close_communicator": lambda self: None}
 
 
+def recording_requests(sent: list):
+    """TRL's `VLLMClient.generate`, recording every request it sends to the server in `sent` as (prompts, n)."""
+    generate = vllm_client.VLLMClient.generate
+
+    def recording(self, prompts, *args, **kwargs):
+        sent.append((len(prompts), kwargs.get("n", 1)))
+        return generate(self, prompts, *args, **kwargs)
+
+    return recording
+
+
 def reload_in_place(self):
     """TRL's colocate sync, with vLLM's in-place reload for the per-parameter `load_weights` (CPU only)."""
     runner = self.llm.llm_engine.model_executor.driver_worker.model_runner
@@ -141,13 +152,8 @@ def main_per_prompt(model_dir: str, output_dir: str, server: str | None = None) 
     else:
         for name, replacement in server_sync_replacements([]).items():
             setattr(vllm_client.VLLMClient, name, replacement)
-    requests_sent, generate = [], vllm_client.VLLMClient.generate
-
-    def recording(self, prompts, *args, **kwargs):
-        requests_sent.append((len(prompts), kwargs.get("n", 1)))
-        return generate(self, prompts, *args, **kwargs)
-
-    vllm_client.VLLMClient.generate = recording
+    requests_sent = []
+    vllm_client.VLLMClient.generate = recording_requests(requests_sent)
     host, port = server.split(":") if server else (None, None)
     mode = {"vllm_mode": "server", "vllm_server_host": host, "vllm_server_port": int(port)} if server else {
         "vllm_mode": "colocate", "vllm_gpu_memory_utilization": 0.1, "vllm_max_model_length": 64}
