@@ -332,12 +332,41 @@ def against_cost_curve(runs: dict, regime: str, seeds: list[int], costs: dict, r
         for arm in arms:
             departures = [gain[arm][d].mean() - along(cost[arm][d].mean(), np.array([cost[x][d].mean() for x in DOSES]),
                                                       np.array([gain[x][d].mean() for x in DOSES])) for d in draws]
+            curve = [cost[x].mean() for x in DOSES]
             rows[arm] = {"cost": float(cost[arm].mean()), "measured_gain": float(gain[arm].mean()),
                          "uniform_gain_at_that_cost": float(gain[arm].mean() - departures[0]),
                          "difference": float(departures[0]),
-                         "ci95": np.quantile(departures[1:], [0.025, 0.975]).tolist()}
+                         "ci95": np.quantile(departures[1:], [0.025, 0.975]).tolist(),
+                         # beyond the curve's ends uniform's gain is extrapolated along its end segment
+                         "beyond_uniform_curve": bool(not min(curve) <= cost[arm].mean() <= max(curve))}
         result[measure] = rows
     return result
+
+
+def until_stopped(runs: dict, stopped: dict, regime: str, label: str, seeds: list[int]) -> dict:
+    """Post hoc and descriptive (single evaluations, not the study's metric): where an arm dynamic sampling stopped
+    stood against uniform-n8 on the same seed, at the update it stopped (its last evaluation) and at uniform-n8's whole
+    run's generated rollouts (its first evaluation past them, against uniform-n8's last)."""
+    same_update, ratios, equal_generated = [], [], []
+    for seed in seeds:
+        if (regime, label, seed) not in stopped or (regime, BASELINE, seed) not in runs:
+            continue
+        curve, uniform = stopped[regime, label, seed]["curve"], runs[regime, BASELINE, seed]["curve"]
+        at_step = {point["step"]: point for point in uniform}
+        last = curve[-1]
+        same_update.append(last["accuracy"] - at_step[last["step"]]["accuracy"])
+        ratios.append(last["generated"] / at_step[last["step"]]["generated"])
+        past = [point for point in curve if point["generated"] >= uniform[-1]["generated"]]
+        if past:
+            equal_generated.append((past[0]["accuracy"] - uniform[-1]["accuracy"], past[0]["step"]))
+    if not same_update:
+        return {}
+    return {"what": "post hoc, descriptive: single held-out evaluations against uniform-n8's on the same seeds",
+            "at_the_update_it_stopped": paired_comparison(same_update, len(same_update)),
+            "generated_per_uniform_n8_generated_there": float(np.mean(ratios)),
+            "at_uniform_n8_generated_rollouts": {
+                **paired_comparison([d for d, _ in equal_generated], len(equal_generated)),
+                "updates": sorted({step for _, step in equal_generated})}}
 
 
 def compare(runs: dict, comparison: tuple[str, str, str], seeds: list[int]) -> dict:
@@ -402,6 +431,8 @@ def summarize(runs: dict, seeds: list[int], skip: int, stopped: dict | None = No
         "arms": arms,
         "against_cost_curve": {regime: against_cost_curve(runs, regime, seeds, costs) for regime in REGIMES},
         "engine_time_model": model,
+        "post_hoc": {f"{regime}: {label} until it stopped": until_stopped(runs, stopped, regime, label, seeds)
+                     for regime, label in sorted({(regime, label) for regime, label, _ in stopped})},
     }
 
 
