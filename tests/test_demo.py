@@ -304,6 +304,27 @@ def test_a_fourth_study_run_that_dynamic_sampling_stops_at_its_cap_is_stored_as_
     assert tests[name]["unfinished"] and tests[name]["holm"]["significant"] is False
 
 
+def test_where_a_stopped_arm_stood_is_described_against_uniform_on_the_same_seeds():
+    import fourth_study
+
+    def run(*points):
+        return {"curve": [{"step": step, "generated": generated, "accuracy": accuracy}
+                          for step, generated, accuracy in points]}
+
+    runs = {("sorting", "uniform-n8", 300): run((0, 0, 0.2), (60, 4000, 0.5), (120, 8000, 0.6)),
+            ("sorting", "uniform-n8", 301): run((0, 0, 0.2), (60, 4000, 0.4), (120, 8000, 0.7))}
+    stopped = {("sorting", "dynamic-sampling", 300): run((0, 0, 0.2), (60, 9000, 0.7)),
+               ("sorting", "dynamic-sampling", 301): run((0, 0, 0.2), (60, 6000, 0.5), (120, 12000, 0.8))}
+    described = fourth_study.until_stopped(runs, stopped, "sorting", "dynamic-sampling", [300, 301])
+    # seed 300 stopped at update 60 (0.7 against 0.5, 9 000 generated against 4 000), seed 301 at 120 (0.8 against
+    # 0.7, 12 000 against 8 000); past uniform's 8 000 generated they stood at 0.7 and 0.8 against its last 0.6, 0.7
+    assert described["at_the_update_it_stopped"]["differences"] == pytest.approx([0.2, 0.1])
+    assert described["generated_per_uniform_n8_generated_there"] == pytest.approx((9000 / 4000 + 12000 / 8000) / 2)
+    assert described["at_uniform_n8_generated_rollouts"]["differences"] == pytest.approx([0.1, 0.1])
+    assert described["at_uniform_n8_generated_rollouts"]["updates"] == [60, 120]
+    assert fourth_study.until_stopped(runs, {}, "sorting", "dynamic-sampling", [300, 301]) == {}
+
+
 def test_fourth_study_trains_only_with_the_code_its_runs_executed(tmp_path, monkeypatch):
     import fourth_study
 
