@@ -385,6 +385,31 @@ def test_the_readme_states_the_fourth_studys_primaries_as_recorded():
         assert f"{gate['diff'] * 100:+.2f} [{low * 100:+.2f}, {high * 100:+.2f}]".replace("-", "−") in readme, regime
 
 
+def test_the_benchmarks_page_states_every_fourth_study_figure_as_recorded():
+    study = json.loads((ROOT / "benchmarks" / "results" / "fourth_study.json").read_text())
+    page = " ".join((ROOT / "docs" / "benchmarks.md").read_text().split())
+
+    def stated(test: dict) -> str:
+        low, high = test["ci95"]
+        return f"{test['diff'] * 100:+.2f} [{low * 100:+.2f}, {high * 100:+.2f}]".replace("-", "−")
+
+    tests = {**study["primary"], **{name: test for family in study["secondary"].values()
+                                    for name, test in family.items()}}
+    for name, test in tests.items():
+        if test.get("unfinished"):
+            assert test["holm"]["p_holm"] == 1 and not test["holm"]["significant"], name
+            continue
+        assert test["complete"] and stated(test) in page, name
+        if name.endswith("uniform-n8"):  # the arms' table gives each arm's Bonferroni interval
+            low, high = test["holm"]["ci_bonferroni"]
+            assert f"[{low * 100:+.2f}, {high * 100:+.2f}]".replace("-", "−") in page, name
+    for regime, rows in study["against_cost_curve"].items():
+        for measure in rows.values():
+            for arm, row in measure.items():
+                if row["uniform_gain_at_that_cost"]:  # the arms of uniform n = 8's cost are their paired difference
+                    assert stated({"diff": row["difference"], "ci95": row["ci95"]}) in page, (regime, arm)
+
+
 def test_the_readme_states_the_demos_recorded_figures():
     # benchmarks/results/demo.json: what `trl-budget demo` printed, and the digest of the code that printed it.
     demo = json.loads((ROOT / "benchmarks" / "results" / "demo.json").read_text())
