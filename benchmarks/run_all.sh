@@ -66,6 +66,13 @@ OMP_NUM_THREADS=1 .venv-vllm/bin/python benchmarks/per_prompt_rounds.py --batche
 python benchmarks/fourth_study_pilot.py --describe-start
 python benchmarks/fourth_study_pilot.py
 python benchmarks/fourth_study_pilot.py --time-alone --candidates sort-10-12-1e-4 sort-10-12-2e-4
+# The fourth study (pre-registered in its script: two regimes, 11 arms, seeds 300-319). Its 420 runs are stored in
+# results/run_cache; training them takes the code they executed (STUDY_CODE; the script says how), so this summarises
+# them: results/fourth_study.json. Then whether stored runs re-train bit for bit on this machine with this code
+# (results/fourth_study_machines.json says which machine trained each run: bit for bit only there).
+python benchmarks/fourth_study.py --stored-only
+OMP_NUM_THREADS=1 PYTHONPATH=benchmarks python benchmarks/retrain_stored.py arithmetic/knapsack:311 \
+    sorting/knapsack-history:319
 
 # The first allocation study (pool regime, 6 pre-registered variants x 5 paired seeds): two single-threaded processes,
 # one per core; then the exploratory variant added after their first results; then one summary over all the runs
