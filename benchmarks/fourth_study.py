@@ -329,10 +329,10 @@ def against_cost_curve(runs: dict, regime: str, seeds: list[int], costs: dict, r
     for measure in ("generated_rollouts", "engine_ratio"):
         cost = {a: np.array([costs[regime, a, s][measure] for s in have]) for a in gain}
         rows = {}
+        curve = [cost[x].mean() for x in DOSES]
         for arm in arms:
             departures = [gain[arm][d].mean() - along(cost[arm][d].mean(), np.array([cost[x][d].mean() for x in DOSES]),
                                                       np.array([gain[x][d].mean() for x in DOSES])) for d in draws]
-            curve = [cost[x].mean() for x in DOSES]
             rows[arm] = {"cost": float(cost[arm].mean()), "measured_gain": float(gain[arm].mean()),
                          "uniform_gain_at_that_cost": float(gain[arm].mean() - departures[0]),
                          "difference": float(departures[0]),
