@@ -137,6 +137,40 @@ def test_every_rule_takes_every_baseline(tmp_path, tokenizer, baseline):
         assert trainer.advantage_baseline == baseline and trainer.state.global_step == 2
 
 
+class OneLoneRollout:
+    """Gives the batch's first prompt a single rollout and shares the rest evenly: a group of one in every batch."""
+
+    def __call__(self, pass_rates, budget, failure_rate=None):
+        counts = np.full(len(pass_rates), (budget - 1) // (len(pass_rates) - 1))
+        counts[0] = 1
+        counts[1] += budget - counts.sum()
+        return counts
+
+
+@pytest.mark.parametrize("baseline", ["group", "all_rollouts", "history"])
+@pytest.mark.parametrize("scale_rewards", ["group", "none"])
+def test_a_lone_rollout_gets_no_advantage_under_every_baseline(tmp_path, tokenizer, baseline, scale_rewards):
+    # A rollout alone in its group agrees with itself: its reward is its own baseline, however large. Before,
+    # 'all_rollouts' gave it its raw reward (1e6 here) as its advantage. Under 'history' a first visit of one rollout
+    # has nothing else to compare with; a prompt seen before is compared with its history.
+    def large(completions, answer, **kwargs):
+        return [1e6 + reward for reward in parity_reward(completions, answer)]
+
+    from helpers import make_dataset
+
+    trainer = make_trainer(tmp_path, tokenizer, reward_funcs=large, max_steps=2, min_generations=1,
+                           per_device_train_batch_size=16, advantage_baseline=baseline, scale_rewards=scale_rewards,
+                           allocator=OneLoneRollout(), dataset=make_dataset(8))  # every prompt visited once
+    recorder = RowRecorder(trainer)
+    trainer.train()
+    assert len(recorder.steps) == 2
+    for plan, advantages, _ in recorder.steps:
+        assert plan.counts[0] == 1
+        lone_row = plan.slot_order.tolist().index(0)  # the row that holds plan slot 0, the lone rollout
+        assert advantages[lone_row].item() == 0.0
+        assert advantages.abs().max() > 0  # the other groups do train
+
+
 def test_reinforce_adas_global_statistics_is_the_all_rollouts_baseline(tmp_path, tokenizer):
     options = dict(budget_allocator="reinforce_ada", reinforce_ada_samples_per_round=4)
     assert make_trainer(tmp_path, tokenizer, **options).advantage_baseline == "all_rollouts"

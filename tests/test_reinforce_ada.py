@@ -56,16 +56,17 @@ def test_positive_focused_fallback_keeps_the_share_of_successes():
 
 
 def test_global_statistics_by_hand():
-    # Prompt 0: 3 successes among 8 rollouts generated, 2 trained (rewards 1, 0). Prompt 1: one rollout, mean 0, std 1.
+    # Prompt 0: 3 successes among 8 rollouts generated, 2 trained (rewards 1, 0). Prompt 1: one rollout, which agrees
+    # with itself: advantage 0, as under GRPO's group (verl's rule would give it its raw reward, 1).
     trained, counts = torch.tensor([1.0, 0.0, 1.0]), np.array([2, 1])
     generated, generated_counts = torch.tensor([1.0, 0, 1, 0, 1, 0, 0, 0, 1]), np.array([8, 1])
     advantages, is_std_zero = advantages_against_all_rollouts(trained, counts, generated, generated_counts, scale=True)
     mean, std = 3 / 8, math.sqrt((3 * (5 / 8) ** 2 + 5 * (3 / 8) ** 2) / 7)
-    np.testing.assert_allclose(advantages.numpy(), [(1 - mean) / (std + 1e-6), -mean / (std + 1e-6), 1 / (1 + 1e-6)],
+    np.testing.assert_allclose(advantages.numpy(), [(1 - mean) / (std + 1e-6), -mean / (std + 1e-6), 0.0],
                                rtol=1e-6)
     unscaled, _ = advantages_against_all_rollouts(trained, counts, generated, generated_counts, scale=False)
-    np.testing.assert_allclose(unscaled.numpy(), [1 - mean, -mean, 1.0], rtol=1e-6)
-    assert is_std_zero.tolist() == [False, False, False]
+    np.testing.assert_allclose(unscaled.numpy(), [1 - mean, -mean, 0.0], rtol=1e-6)
+    assert is_std_zero.tolist() == [False, False, True]
     _, agreeing = advantages_against_all_rollouts(torch.tensor([0.0]), np.array([1]), torch.zeros(6), np.array([6]),
                                                   scale=True)
     assert agreeing.tolist() == [True]

@@ -96,9 +96,11 @@ def advantages_against_all_rollouts(trained: torch.Tensor, trained_counts: np.nd
     `generated` those of every rollout generated (`generated_counts[i]` of prompt i, consecutive); NaN marks an
     unscored rollout. A prompt's baseline is the mean of its scored generated rewards and, with `scale`, the advantage
     is divided by their unbiased standard deviation, clamped at `epsilon`, plus `epsilon`, as the release does over its
-    scores (0/1 there, where this is exactly the release's arithmetic). A prompt with at most one scored rollout gets
-    mean 0 and deviation 1, as the release gives it; a prompt whose scored rewards all agree gets advantage 0, as
-    GRPO gives a group without spread; unscored trained rows get 0.
+    scores (0/1 there, where this is exactly the release's arithmetic). A prompt whose scored rewards all agree gets
+    advantage 0, as GRPO gives a group without spread, and so does a prompt with a single scored rollout, which agrees
+    with itself: its reward is its own baseline, as under `"group"`. (verl's rule, which the release inherits, gives a
+    lone rollout mean 0 and deviation 1, i.e. its raw reward as advantage; the release never generates fewer than a
+    round of several rollouts per prompt, so it never meets the case.) Unscored trained rows get 0.
 
     Returns:
         `(advantages, is_std_zero)`, one value per trained row; `is_std_zero` where all the prompt's rewards agree.
@@ -109,7 +111,8 @@ def advantages_against_all_rollouts(trained: torch.Tensor, trained_counts: np.nd
     for prompt, start in enumerate(np.cumsum(generated_counts) - generated_counts):
         scored = values[start : start + generated_counts[prompt]]
         scored = scored[~np.isnan(scored)]
-        if scored.size < 2:
+        if scored.size < 2:  # one reward (or none) agrees with itself: no spread, no baseline beyond itself
+            agree[prompt] = True
             continue
         mean[prompt] = scored.sum() / scored.size
         # Summed over the distinct rewards (two for 0/1 rewards), so that 0/1 rewards give the release's numbers bit
