@@ -228,3 +228,35 @@ def test_the_scale_check_follows_the_baseline_in_use(tmp_path, tokenizer):
     with pytest.raises(ValueError, match="the advantage baseline 'all_rollouts'"):  # an allocator object's own
         make_trainer(tmp_path, tokenizer, scale_rewards="batch", budget_allocator="uniform",
                      allocator=ReinforceAda(samples_per_round=4, default_generations=4))
+
+
+@pytest.mark.parametrize(
+    "tracker_window, message",
+    [(None, "^advantage_baseline='history' compares each reward with its prompt's reward history, but the tracker "
+            "passed to the trainer keeps none"),
+     (2.0, r"^the tracker passed to the trainer keeps reward histories with reward_history_window=2.0, but "
+           r"advantage_history_window=16.0: .* or set advantage_history_window=2.0.")],
+)
+def test_a_tracker_that_cannot_serve_the_history_baseline_is_refused_when_the_trainer_is_built(
+        tmp_path, tokenizer, tracker_window, message):
+    # Before, a tracker without history failed after the first generation with an internal message, and one with
+    # another window trained with its own window under a config naming 16.
+    with pytest.raises(ValueError, match=message):
+        make_trainer(tmp_path, tokenizer, advantage_baseline="history",
+                     tracker=CapabilityTracker(reward_history_window=tracker_window))
+    # Each fix the message names works.
+    make_trainer(tmp_path, tokenizer, advantage_baseline="history",
+                 tracker=CapabilityTracker(reward_history_window=16.0)).train()
+    if tracker_window is not None:
+        make_trainer(tmp_path, tokenizer, advantage_baseline="history", advantage_history_window=tracker_window,
+                     tracker=CapabilityTracker(reward_history_window=tracker_window)).train()
+
+
+def test_a_tracker_keeping_a_history_trains_under_the_group_baseline(tmp_path, tokenizer):
+    # The history is kept up to date (a later run may resume it under 'history'); before, the trainer gave the tracker
+    # no rewards for it and the first update failed.
+    tracker = CapabilityTracker(reward_history_window=4.0)
+    trainer = make_trainer(tmp_path, tokenizer, max_steps=2, tracker=tracker)
+    trainer.train()
+    weight, _, _ = tracker.reward_moments(list(tracker.state_dict()["keys"]))
+    assert trainer.advantage_baseline == "group" and (weight > 0).all()

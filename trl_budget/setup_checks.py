@@ -20,10 +20,11 @@ logger = logging.get_logger(__name__)
 __all__ = ["check_before_building", "check_prompt_id_column", "refuse_images_in_rounds"]
 
 
-def check_before_building(args: BudgetGRPOConfig, allocator, train_dataset, agent_options: dict) -> None:
-    """Every check of a run's settings against its dataset, allocator and agent options (the trainer's `tools`,
-    `rollout_func` and `environment_factory` arguments); warnings said once."""
+def check_before_building(args: BudgetGRPOConfig, allocator, tracker, train_dataset, agent_options: dict) -> None:
+    """Every check of a run's settings against its dataset, allocator, tracker and agent options (the trainer's
+    `tools`, `rollout_func` and `environment_factory` arguments); warnings said once."""
     refuse_seeded_vllm_generation(args)
+    check_tracker_serves_the_baseline(tracker, args.resolved_advantage_baseline(allocator), args)
     check_agent_options(agent_options.get("environment_factory"), train_dataset, args)
     if args.budget_per_prompt_rounds:
         check_per_prompt_rounds(args, allocator, agent_options)
@@ -52,6 +53,28 @@ def check_before_building(args: BudgetGRPOConfig, allocator, train_dataset, agen
     warn_if_rounds_cannot_follow_the_first(allocator, args, prompts_per_batch)
     if args.budget_dynamic_sampling:
         check_dynamic_sampling(allocator, train_dataset, prompts_per_batch * args.budget_dynamic_sampling_oversample)
+
+
+def check_tracker_serves_the_baseline(tracker, baseline: str, args: BudgetGRPOConfig) -> None:
+    """Under the history baseline the tracker keeps each prompt's reward history with the window the config names: a
+    tracker passed to the trainer that keeps none, or keeps it with another window, would train otherwise than the
+    config says (or fail after the first batch is generated)."""
+    if baseline != "history":
+        return
+    kept = getattr(tracker, "reward_history_window", None)
+    fix = (f"Build it with CapabilityTracker(..., reward_history_window={args.advantage_history_window!r}), or leave "
+           "the trainer's tracker argument unset to build it from the config")
+    if kept is None:
+        raise ValueError(
+            f"advantage_baseline='history' compares each reward with its prompt's reward history, but the tracker "
+            f"passed to the trainer keeps none (its reward_history_window is None). {fix}."
+        )
+    if kept != args.advantage_history_window:
+        raise ValueError(
+            f"the tracker passed to the trainer keeps reward histories with reward_history_window={kept!r}, but "
+            f"advantage_history_window={args.advantage_history_window!r}: the run would train with the tracker's "
+            f"window, not the config's. {fix}, or set advantage_history_window={kept!r}."
+        )
 
 
 def check_dynamic_sampling(allocator, dataset, prompts_per_generation_batch: int) -> None:

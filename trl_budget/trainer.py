@@ -78,7 +78,7 @@ class BudgetGRPOTrainer(GRPOTrainer):
         self.allocator = allocator if allocator is not None else args.make_allocator()
         self.tracker = tracker if tracker is not None else args.make_tracker()
         train_dataset = kwargs.get("train_dataset", positional[0] if positional else None)
-        check_before_building(args, self.allocator, train_dataset, kwargs)
+        check_before_building(args, self.allocator, self.tracker, train_dataset, kwargs)
         success_index = success_reward_index(args.success_reward_func, reward_funcs)
         self.last_rollout_plan: RolloutPlan | None = None
         self._last_token_cap: TokenCappedAllocator | None = None
@@ -147,7 +147,8 @@ class BudgetGRPOTrainer(GRPOTrainer):
         batch_failure_rate = self.tracker.update(
             np.repeat(keys, rounds.counts), self.rewards.success_rewards(generated_rewards, generated_weighted),
             None if groups is None else np.repeat(groups, rounds.counts), lengths.cpu().numpy(),
-            generated_weighted.cpu().numpy() if self.advantage_baseline == "history" else None)
+            generated_weighted.cpu().numpy() if getattr(self.tracker, "reward_history_window", None) is not None
+            else None)
         self.rewards.warn_if_success_never_varies(batch_failure_rate)
         self.rewards.warn_if_spread_overflows(plan.counts, plan.rewards, advantages)
         self._metrics["train"]["budget/completion_tokens"].append(float(output["num_items_in_batch"]))
