@@ -260,3 +260,40 @@ def test_a_tracker_keeping_a_history_trains_under_the_group_baseline(tmp_path, t
     trainer.train()
     weight, _, _ = tracker.reward_moments(list(tracker.state_dict()["keys"]))
     assert trainer.advantage_baseline == "group" and (weight > 0).all()
+
+
+@pytest.mark.parametrize(
+    "before, after, history_kept",
+    [({}, {"advantage_baseline": "history"}, "each prompt's history starts at its next visit"),
+     ({"advantage_baseline": "history"}, {}, "dropped"),
+     ({"advantage_baseline": "history", "advantage_history_window": 4.0}, {"advantage_baseline": "history"},
+      "carry over")],
+)
+def test_a_run_resumes_with_another_baseline_or_window(tmp_path, tokenizer, before, after, history_kept):
+    # Before, switching to (or from) the history baseline on resume was refused with a fix that could not be applied
+    # (advantage_history_window=None is itself refused): the only way on was deleting the tracker's file.
+    import json
+
+    from datasets import concatenate_datasets
+    from helpers import make_dataset
+
+    options = dict(dataset=concatenate_datasets([make_dataset(3)] * 4), save_strategy="steps", save_steps=2)
+    make_trainer(tmp_path, tokenizer, max_steps=2, **options, **before).train()
+    saved = json.loads((tmp_path / "checkpoint-2" / "budget_tracker_state.json").read_text())
+    resumed = make_trainer(tmp_path, tokenizer, max_steps=4, **options, **after)
+    restored = []
+    original_restore = resumed.tracker.load_state_dict
+
+    def restore(state):
+        original_restore(state)
+        restored.append(np.stack(resumed.tracker.reward_moments(state["keys"]), axis=1))
+
+    resumed.tracker.load_state_dict = restore
+    with pytest.warns(UserWarning, match=f"reward_history_window=.* this run's is .*{history_kept}"):
+        resumed.train(resume_from_checkpoint=str(tmp_path / "checkpoint-2"))
+    assert resumed.state.global_step == 4 and resumed.advantage_baseline == after.get("advantage_baseline", "group")
+    if history_kept == "carry over":  # the moments as saved, the window as now
+        np.testing.assert_array_equal(restored[0].ravel(), saved["reward_moments"])
+        assert saved["reward_history_window"] == 4.0 and resumed.tracker.reward_history_window == 16.0
+    else:
+        assert (restored[0] == 0).all()

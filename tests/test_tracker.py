@@ -136,6 +136,14 @@ def test_state_from_other_settings_is_refused():
         CapabilityTracker().load_state_dict({"version": 99})
 
 
+@pytest.mark.parametrize("window", [0.5, float("nan"), "16", True])
+def test_a_saved_history_window_that_is_no_number_of_visits_is_refused(window):
+    state = {**CapabilityTracker(reward_history_window=4).state_dict(), "reward_history_window": window}
+    with pytest.raises(ValueError, match=r"'reward_history_window' is .*; it must be None \(no reward history\) or a "
+                                         "finite number of visits, at least 1"):
+        CapabilityTracker(reward_history_window=4).load_state_dict(state)
+
+
 def test_a_state_from_a_newer_release_says_to_upgrade():
     state = {**CapabilityTracker().state_dict(), "version": 5}
     with pytest.raises(ValueError, match="version 5, which a newer trl_budget wrote; this one reads versions 2, 3 and 4. "

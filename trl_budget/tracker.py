@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import warnings
 from collections import deque
 from collections.abc import Hashable, Sequence
 from typing import Any
@@ -444,17 +445,18 @@ class CapabilityTracker:
             # this tracker's window (the pass rates carry over as they were).
             state = {**state, "reward_history_window": self.reward_history_window,
                      "reward_moments": [0.0] * (3 * size)}
-        mine = self.settings()
+        mine = {name: value for name, value in self.settings().items() if name != "reward_history_window"}
         theirs = {name: state.get(name) for name in mine}
         if mine != theirs:
             raise SettingsMismatch(theirs, mine)
+        saved_window = _checked_history_window(state)
         keys, scored, recent, wins, trials, failure_rates = _checked_columns(state, self._visits_kept,
                                                                               self.rollout_pool)
         if len(set(keys)) != len(keys):
             raise ValueError("the saved tracker state lists a prompt key twice; each prompt must appear once.")
         group_names, group = _checked_groups(state, keys)
         lengths = _checked_lengths(state, keys)
-        moments = _checked_moments(state, keys)
+        moments = self._history_carried_over(saved_window, _checked_moments(state, keys))
         self._row_of = {key: row for row, key in enumerate(keys)}
         self._reward_moments = moments
         self._scored, self._recent, self._wins, self._trials = scored, recent, wins, trials
@@ -463,6 +465,36 @@ class CapabilityTracker:
         self._length = lengths
         self._group_wins, self._group_trials = np.zeros(len(group_names)), np.zeros(len(group_names))
         self._pool_into_groups(np.arange(len(keys)), +1)
+
+    def _history_carried_over(self, saved_window: float | None, moments: np.ndarray) -> np.ndarray:
+        """The saved reward histories as this tracker keeps them. The history is the one setting a run may change on
+        resume (switching the advantage baseline to or from 'history', or its window): started where none was kept,
+        as for a state from before histories existed, each prompt's history starting at its next visit; dropped where
+        this tracker keeps none; carried over with another window, later visits weighed by the new one."""
+        if saved_window == self.reward_history_window:
+            return moments
+        if saved_window is None:
+            change = ("the saved state keeps no reward history: each prompt's history starts at its next visit, so "
+                      "the history baseline begins as GRPO's group baseline on every prompt")
+        elif self.reward_history_window is None:
+            change = "this run keeps no reward history (advantage_baseline is not 'history'): the saved one is dropped"
+        else:
+            change = ("the saved histories carry over, and from now on each earlier visit weighs "
+                      f"1 - 1/{self.reward_history_window:g} times the next")
+        warnings.warn(f"The tracker's reward history was kept with reward_history_window={saved_window!r} "
+                      f"(advantage_history_window) and this run's is {self.reward_history_window!r}; {change}.",
+                      UserWarning, stacklevel=3)
+        return moments if saved_window is not None and self.reward_history_window is not None else np.zeros_like(
+            moments)
+
+
+def _checked_history_window(state: dict[str, Any]) -> float | None:
+    """The reward history window the state was saved with: None or a number of visits, at least 1."""
+    window = state.get("reward_history_window")
+    if window is not None and not (is_finite_number(window) and window >= 1):
+        raise ValueError(f"the saved tracker state's 'reward_history_window' is {window!r}; it must be None (no "
+                         "reward history) or a finite number of visits, at least 1.")
+    return window
 
 
 _READABLE_VERSIONS = (2, 3, _STATE_VERSION)
