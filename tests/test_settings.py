@@ -39,6 +39,23 @@ def test_a_number_of_the_wrong_type_is_named_before_any_range_check(tmp_path, na
         BudgetGRPOConfig(**config_kwargs(tmp_path, **rule_reading(name), **{name: value}))
 
 
+@pytest.mark.parametrize("name", NUMBERS)
+@pytest.mark.parametrize("value", [10**400, -(10**400)], ids=["1e400", "-1e400"])
+def test_a_number_beyond_the_range_of_a_float_is_named_with_its_bound(tmp_path, name, value):
+    # Before: 10**400 raised OverflowError ("int too large to convert to float") from inside a range check.
+    with pytest.raises(ValueError, match=f"^{name}(=\\S+)? must (be|lie)") as refused:
+        BudgetGRPOConfig(**config_kwargs(tmp_path, **rule_reading(name), **{name: value}))
+    assert "0000000000" not in str(refused.value)  # not 401 digits: their count
+
+
+@pytest.mark.parametrize("make", [lambda: __import__("trl_budget").KnapsackAllocator(fallback=1),
+                                  lambda: __import__("trl_budget").CoBAAllocator(bucket_heuristic="yes")])
+def test_an_allocators_switch_must_be_true_or_false(make):
+    # Before: an allocator built directly took any value as its switch, read as true or false.
+    with pytest.raises(ValueError, match="^(fallback|bucket_heuristic) must be True or False"):
+        make()
+
+
 @pytest.mark.parametrize("name", SWITCHES)
 def test_a_switch_must_be_true_or_false(tmp_path, name):
     with pytest.raises(ValueError, match=f"^{name} must be True or False, got 'no'"):

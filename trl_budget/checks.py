@@ -15,13 +15,30 @@ MAX_COUNT = 2**31 - 1
 
 
 def is_finite_number(value: Any) -> bool:
-    """2, 2.5 and numpy numbers are finite numbers; NaN, infinity, True and "2" are not."""
-    return not isinstance(value, bool) and isinstance(value, _REAL) and math.isfinite(value)
+    """2, 2.5 and numpy numbers are finite numbers; NaN, infinity, True, "2" and an integer beyond the range of a float
+    (10**400, which every computation with floats would refuse with an OverflowError) are not."""
+    if isinstance(value, bool) or not isinstance(value, _REAL):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def is_whole_number(value: Any) -> bool:
-    """2 and 2.0 are whole numbers; 2.5, NaN, infinity, True and "2" are not."""
-    return is_finite_number(value) and int(value) == value
+    """2, 2.0 and 10**400 are whole numbers; 2.5, NaN, infinity, True and "2" are not."""
+    return _is_integer(value) or (is_finite_number(value) and int(value) == value)
+
+
+def _is_integer(value: Any) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+def shown(value: Any) -> str:
+    """`value` as an error message shows it: its repr, or an integer too long to read by its size."""
+    if _is_integer(value) and abs(value) > 10**60:
+        return f"an integer of {len(str(abs(value)))} digits ({'-' if value < 0 else ''}{str(abs(value))[:6]}...)"
+    return repr(value)
 
 
 def is_missing(value: Any) -> bool:
@@ -32,9 +49,9 @@ def is_missing(value: Any) -> bool:
 def check_whole_number(name: str, value: Any, minimum: int, maximum: int = MAX_COUNT) -> None:
     """A count option: a whole number from `minimum` to `maximum`, or a `ValueError` that starts with `name`."""
     if not (is_whole_number(value) and value >= minimum):
-        raise ValueError(f"{name} must be a whole number of at least {minimum}, got {value!r}.")
+        raise ValueError(f"{name} must be a whole number of at least {minimum}, got {shown(value)}.")
     if value > maximum:
-        raise ValueError(f"{name} must be a whole number of at most {maximum}, got {value!r}.")
+        raise ValueError(f"{name} must be a whole number of at most {maximum}, got {shown(value)}.")
 
 
 def check_flag(name: str, value: Any) -> None:
@@ -52,4 +69,4 @@ def check_optional_name(name: str, value: Any, what: str) -> None:
 def check_finite(name: str, value: Any, above: float, rule: str) -> None:
     """A real option: a finite number above `above` (NaN and infinity would fail every allocation later)."""
     if not (is_finite_number(value) and value > above):
-        raise ValueError(f"{name} must be a finite number {rule}, got {value!r}.")
+        raise ValueError(f"{name} must be a finite number {rule}, got {shown(value)}.")

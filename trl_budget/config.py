@@ -15,7 +15,7 @@ from trl import GRPOConfig
 
 from .allocators import allocator_class, release_pass_rate_rule
 from .checks import (check_finite, check_flag, check_optional_name, check_whole_number, is_finite_number,
-                     is_whole_number)
+                     is_whole_number, shown)
 from .tracker import CapabilityTracker
 
 # TRL 1.16's losses, each positively homogeneous in the advantage (checked against TRL's own loss in the tests).
@@ -457,7 +457,7 @@ class BudgetGRPOConfig(GRPOConfig):
         self.check_loss_weighting()
         if self.advantage_clip is not None and not (is_finite_number(self.advantage_clip) and self.advantage_clip > 0):
             raise ValueError(
-                f"advantage_clip must be a positive number or None (no clipping), got {self.advantage_clip!r}."
+                f"advantage_clip must be a positive number or None (no clipping), got {shown(self.advantage_clip)}."
             )
         if isinstance(self.success_reward_func, int) and self.success_reward_func < 0:
             raise ValueError(
@@ -478,7 +478,7 @@ class BudgetGRPOConfig(GRPOConfig):
             check_finite("budget_token_cap", self.budget_token_cap, 0.0, "above 0 (a multiple of uniform's tokens)")
         for name in ("budget_probe_history_weight", "budget_probe_prior_strength"):
             if not (is_finite_number(getattr(self, name)) and getattr(self, name) >= 0):
-                raise ValueError(f"{name} must be a finite number, 0 or more, got {getattr(self, name)!r}.")
+                raise ValueError(f"{name} must be a finite number, 0 or more, got {shown(getattr(self, name))}.")
         self.check_advantage_baseline()
         self.refuse_unread_settings()
         self.make_allocator()
@@ -578,7 +578,7 @@ class BudgetGRPOConfig(GRPOConfig):
             )
         if not (is_finite_number(self.advantage_history_window) and self.advantage_history_window >= 1):
             raise ValueError(f"advantage_history_window must be a finite number of visits, at least 1, got "
-                             f"{self.advantage_history_window!r}.")
+                             f"{shown(self.advantage_history_window)}.")
         if baseline is not None and not self.reinforce_ada_global_statistics:
             raise ValueError(
                 f"reinforce_ada_global_statistics=False and advantage_baseline={baseline!r} both choose the baseline; "
@@ -617,9 +617,9 @@ class BudgetGRPOConfig(GRPOConfig):
         first = self.budget_first_round_generations
         if first is not None and not (is_whole_number(first) and self.min_generations <= first <= self.num_generations):
             raise ValueError(
-                f"budget_first_round_generations={first!r} must be a whole number from min_generations="
-                f"{self.min_generations} (every prompt's fewest rollouts) to num_generations={self.num_generations} "
-                "(a first round of more would exceed the batch's budget), or None for min_generations."
+                f"budget_first_round_generations must be a whole number from min_generations={self.min_generations} "
+                f"(every prompt's fewest rollouts) to num_generations={self.num_generations} (a first round of more "
+                f"would exceed the batch's budget), or None for min_generations; got {shown(first)}."
             )
         if self.budget_round_generations and self.budget_probe_generations:
             raise ValueError(

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from .checks import check_whole_number, is_finite_number, is_missing, is_whole_number
+from .checks import check_whole_number, is_finite_number, is_missing, is_whole_number, shown
 
 __all__ = ["CapabilityTracker", "SettingsMismatch", "group_name", "prompt_key"]
 
@@ -139,14 +139,14 @@ class CapabilityTracker:
         if rollout_pool is not None and not (is_whole_number(rollout_pool) and 0 <= rollout_pool <= MAX_ROLLOUT_POOL):
             raise ValueError(
                 f"rollout_pool must be None, 0 (off) or a number of rollouts up to {MAX_ROLLOUT_POOL}, got "
-                f"{rollout_pool}."
+                f"{shown(rollout_pool)}."
             )
         if not is_finite_number(success_threshold):
-            raise ValueError(f"success_threshold must be a finite number, got {success_threshold}.")
+            raise ValueError(f"success_threshold must be a finite number, got {shown(success_threshold)}.")
         if reward_history_window is not None and not (is_finite_number(reward_history_window)
                                                       and reward_history_window >= 1):
             raise ValueError(f"reward_history_window must be a finite number of visits, at least 1, or None, got "
-                             f"{reward_history_window!r}.")
+                             f"{shown(reward_history_window)}.")
         self.reward_history_window = None if reward_history_window is None else float(reward_history_window)
         self.window = int(window)
         self.success_threshold = float(success_threshold)

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from ..checks import check_finite, is_finite_number
+from ..checks import check_finite, check_flag, is_finite_number, shown
 from .base import _BoundedAllocator, _check_failure_rate
 from .registry import register_allocator
 from .solver import allocate_by_curves, spread_evenly
@@ -43,14 +43,15 @@ class CoBAAllocator(_BoundedAllocator):
         check_finite("kappa", kappa, 2.0, "above 2, so that alpha and beta can both be at least 1")
         check_finite("gamma", gamma, 0.0, "above 0 (the steepness of the sigmoid on failure rates below 0.5)")
         if not (is_finite_number(exploration_share) and 0.0 <= exploration_share <= 1.0):
-            raise ValueError(f"exploration_share must lie in [0, 1], got {exploration_share!r}.")
+            raise ValueError(f"exploration_share must lie in [0, 1], got {shown(exploration_share)}.")
         if not (is_finite_number(hard_threshold) and is_finite_number(easy_threshold)
                 and 0.0 <= hard_threshold < easy_threshold <= 1.0):
             raise ValueError(
-                f"need 0 <= hard_threshold < easy_threshold <= 1, got {hard_threshold} and {easy_threshold}."
+                f"need 0 <= hard_threshold < easy_threshold <= 1, got {shown(hard_threshold)} and {shown(easy_threshold)}."
             )
         self.kappa = kappa
         self.gamma = gamma
+        check_flag("bucket_heuristic", bucket_heuristic)
         self.bucket_heuristic = bucket_heuristic
         self.exploration_share = exploration_share
         self.hard_threshold = hard_threshold

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..checks import check_whole_number, is_finite_number
+from ..checks import check_flag, check_whole_number, is_finite_number, shown
 from .base import _BoundedAllocator
 from .registry import register_allocator
 from .solver import allocate_by_curves, spread_evenly
@@ -57,7 +57,7 @@ class KnapsackAllocator(_BoundedAllocator):
     ):
         super().__init__(min_generations, max_generations)
         if not (is_finite_number(fallback_confidence) and 0.0 < fallback_confidence < 1.0):
-            raise ValueError(f"fallback_confidence must lie in (0, 1), got {fallback_confidence!r}.")
+            raise ValueError(f"fallback_confidence must lie in (0, 1), got {shown(fallback_confidence)}.")
         for name, count in (
             ("default_generations", default_generations),
             ("zero_pass_generations", zero_pass_generations),
@@ -68,6 +68,7 @@ class KnapsackAllocator(_BoundedAllocator):
         self.default_generations = default_generations
         self.zero_pass_generations = zero_pass_generations
         self.full_pass_generations = full_pass_generations
+        check_flag("fallback", fallback)
         self.fallback = fallback
         self.fallback_confidence = fallback_confidence
 
