@@ -1,5 +1,9 @@
 """DAPO's dynamic sampling: the rule and the prompt stream by hand, and real runs of the trainer that keep exactly the
-prompts whose rollouts differ, in the data's order, resume exactly, and stop at the cap as verl's recipe does."""
+prompts whose rollouts differ, in the data's order (a prompt at most once a pass), resume exactly, log each generation
+batch and warn of a batch that draws on, and stop at the cap as verl's recipe does, with fixes that resume."""
+
+import logging
+import re
 
 import numpy as np
 import pytest
@@ -11,7 +15,7 @@ from test_rounds import scripted
 from trl.trainer.utils import RepeatSampler
 
 from trl_budget import BudgetGRPOConfig, KnapsackAllocator
-from trl_budget.dynamic_sampling import DynamicSampling, PromptStream
+from trl_budget.dynamic_sampling import GEN_BATCHES_BEFORE_WARNING, DynamicSampling, PromptStream
 from trl_budget.rounds import GeneratedRounds
 
 ALWAYS, NEVER, MIXED = [1] * 4, [0] * 4, [1, 0, 0, 1]
@@ -70,6 +74,63 @@ def test_the_stream_walks_the_data_as_trls_sampler_does_pass_after_pass():
     assert resumed.next_indices() == expected[5] and resumed.passes == 3
     with pytest.raises(ValueError, match="seed 5 there, 6 now.*delete the file"):
         PromptStream(data, 3, shuffle=True, seed=6).load_state_dict(stream.state_dict(), "state.json")
+
+
+def test_a_stream_restored_with_another_batch_size_goes_on_from_the_same_place_in_the_pass():
+    data = make_dataset(7)
+    stream = PromptStream(data, 3, shuffle=True, seed=5)
+    for _ in range(3):
+        stream.next_indices()  # pass 1: two batches; pass 2: one, up to the third prompt of its permutation
+    state = stream.state_dict()
+    whole = RepeatSampler(data, mini_repeat_count=1, batch_size=7, shuffle=True, seed=5)  # one permutation a pass
+    _, second, third = (list(iter(whole)) for _ in range(3))
+    smaller = PromptStream(data, 2, shuffle=True, seed=5)
+    smaller.load_state_dict(state, "state.json")
+    assert [smaller.next_indices() for _ in range(3)] == [second[3:5], second[5:7], third[:2]]
+    larger = PromptStream(data, 6, shuffle=True, seed=5)  # 4 prompts left of pass 2: too few, so pass 3 begins
+    larger.load_state_dict(state, "state.json")
+    assert larger.next_indices() == third[:6] and larger.passes == 3 and larger.drawn == 4
+    # A file that holds only the batches drawn (as the stream saved it before) restores the same place.
+    earlier = PromptStream(data, 3, shuffle=True, seed=5)
+    earlier.load_state_dict({name: state[name] for name in state if name not in ("passes", "pass_offset")}, "s.json")
+    assert earlier.next_indices() == stream.next_indices() == second[3:6]
+    with pytest.raises(ValueError, match="state.json holds no stream position: .*pass 2 at prompt 9 of 7.*delete"):
+        PromptStream(data, 3, shuffle=True, seed=5).load_state_dict({**state, "pass_offset": 9}, "state.json")
+
+
+def varied_for_two(completions, prompts, **kwargs):
+    """The rollouts of '0+1=' and '1+1=' alternate 0, 1 over their rows; every other prompt's all earn 1."""
+    return [float(row % 2) if prompt in ("0+1=", "1+1=") else 1.0 for row, prompt in enumerate(prompts)]
+
+
+def test_a_training_batch_that_spans_the_end_of_a_pass_trains_a_prompt_once_from_each_pass(tmp_path, tokenizer):
+    # Five prompts, generation batches of two: a pass holds two batches (one prompt left out), and only two prompts
+    # vary, so training batches often need the next pass, which brings the same prompts again.
+    data = Dataset.from_list([{"prompt": f"{a}+1=", "answer": str(a + 1)} for a in range(5)])
+    trainer = make_trainer(tmp_path, tokenizer, reward_funcs=varied_for_two, dataset=data, budget_allocator="uniform",
+                           budget_dynamic_sampling=True, budget_dynamic_sampling_max_gen_batches=0, max_steps=6)
+    recorder = RowRecorder(trainer)
+    trainer.train()
+    sampler = trainer._get_train_sampler()  # TRL's own order, by hand: each pass cut into batches of two prompts
+    batches = [(one_pass[i : i + 2], number) for number in range(20)
+               for one_pass in [list(iter(sampler))[::4]] for i in (0, 2)]
+    repeats = 0
+    for plan, advantages, _ in recorder.steps:
+        drawn = []
+        while sum(data[i]["prompt"] in ("0+1=", "1+1=") for i, _ in drawn) < 2:
+            indices, number = batches.pop(0)
+            drawn += [(index, number) for index in indices]
+        kept = [(index, number) for index, number in drawn if data[index]["prompt"] in ("0+1=", "1+1=")][:2]
+        assert [prompt["prompt"] for prompt in plan.prompts] == [data[index]["prompt"] for index, _ in drawn]
+        trained = np.flatnonzero(plan.counts)
+        assert [plan.prompts[i]["prompt"] for i in trained] == [data[index]["prompt"] for index, _ in kept]
+        # The rule: never twice from one pass; a prompt trained twice came from two passes, as two groups of 4.
+        assert len(set(kept)) == len(kept) and plan.counts[trained].tolist() == [4, 4]
+        if len({index for index, _ in kept}) < len(kept):
+            repeats += 1
+            assert plan.keys[trained[0]] == plan.keys[trained[1]] and kept[0][1] != kept[1][1]
+        assert (advantages != 0).all()
+    assert repeats > 0  # the data made a training batch span two passes with the same prompt kept in both
 
 
 def constant_for_multiples_of_three(completions, answer, **kwargs):
@@ -143,6 +204,79 @@ def test_the_cap_stops_training_naming_the_fix(tmp_path, tokenizer):
         trainer.train()
     assert calls == [8, 8, 8]
     assert all(torch.equal(before[name], value) for name, value in parameters_of(trainer).items())
+
+
+@pytest.mark.parametrize("cap", [GEN_BATCHES_BEFORE_WARNING + 1, 0])
+def test_a_batch_that_draws_on_logs_each_generation_batch_and_is_warned_about(tmp_path, tokenizer, caplog, cap):
+    scored = []
+
+    def agreeing_until_the_thirteenth(completions, **kwargs):
+        """Every rollout earns 1; from the thirteenth generation batch on (no cap), they alternate 0, 1."""
+        scored.append(len(completions))
+        return [float(row % 2) if len(scored) > 12 else 1.0 for row in range(len(completions))]
+
+    trainer = make_trainer(tmp_path, tokenizer, reward_funcs=agreeing_until_the_thirteenth, max_steps=1,
+                           budget_allocator="uniform", budget_dynamic_sampling=True,
+                           budget_dynamic_sampling_max_gen_batches=cap)
+    with caplog.at_level(logging.INFO, logger="trl_budget.dynamic_sampling"):
+        if cap:
+            with pytest.raises(RuntimeError, match=f"after {cap} generation batches"):
+                trainer.train()
+        else:
+            trainer.train()
+    records = [record for record in caplog.records if record.name == "trl_budget.dynamic_sampling"]
+    batches = 13 if cap == 0 else cap
+    expected = [f"Dynamic sampling, generation batch {k} (2 prompts): 0 kept; 0 of the 2 the training batch needs "
+                "kept so far." for k in range(1, batches)]
+    expected.append(f"Dynamic sampling, generation batch {batches} (2 prompts): " + (
+        "2 kept; 2 of the 2 the training batch needs kept so far." if cap == 0 else
+        "0 kept; 0 of the 2 the training batch needs kept so far."))
+    infos = [record.getMessage() for record in records if record.levelno == logging.INFO]
+    assert infos == expected and len(scored) == batches
+    warnings = [(index, record.getMessage()) for index, record in enumerate(records)
+                if record.levelno == logging.WARNING]
+    assert len(warnings) == 1 and warnings[0][0] == GEN_BATCHES_BEFORE_WARNING  # after the tenth line, once
+    warning = warnings[0][1]
+    assert warning.startswith(f"Dynamic sampling has drawn {GEN_BATCHES_BEFORE_WARNING} generation batches (20 "
+                              "prompts) for this training batch and kept 0 of the 2 prompts it needs")
+    assert "train on prompts the model sometimes solves and sometimes fails" in warning
+    assert (("budget_dynamic_sampling_max_gen_batches=0 lets it draw until the batch is full" in warning
+             and "Set budget_dynamic_sampling_max_gen_batches (10 in verl's DAPO recipe and by default)" in warning) if cap == 0 else
+            (f"draws on up to budget_dynamic_sampling_max_gen_batches={cap}" in warning
+             and "Lower budget_dynamic_sampling_max_gen_batches" in warning))
+
+
+def rare_success(completions, hard, **kwargs):
+    """An easy prompt's rollouts alternate 0, 1; a hard prompt earns 1 only on the last four rows of every eight (the
+    rows of a generation batch lie prompt by prompt, from row 0), so its rollouts all agree in groups of 4, not 8."""
+    return [float(row % 8 >= 4) if is_hard else float(row % 2) for row, is_hard in enumerate(hard)]
+
+
+def test_every_fix_the_cap_error_names_resumes_from_the_last_checkpoint(tmp_path, tokenizer):
+    # Twelve prompts, training batches of 2, one generation batch each at most: the third generation batch holds the
+    # two hard prompts, so the run stops at step 3, after the checkpoints of steps 1 and 2.
+    order = list(iter(RepeatSampler(range(12), mini_repeat_count=1, batch_size=12, shuffle=True, seed=0)))
+    data = Dataset.from_list([{"prompt": f"{a}+{a % 5}=", "hard": a in order[4:6]} for a in range(12)])
+    options = dict(reward_funcs=rare_success, dataset=data, budget_allocator="uniform", budget_dynamic_sampling=True,
+                   budget_dynamic_sampling_max_gen_batches=1, save_strategy="steps", save_steps=1)
+    stopped = make_trainer(tmp_path / "stopped", tokenizer, **options)
+    with pytest.raises(RuntimeError) as error:
+        stopped.train()
+    assert stopped.state.global_step == 2 and stopped.prompt_stream.drawn == 3
+    suggested = re.search(r"Raise (.*?)\. Each of them can be changed when resuming", str(error.value)).group(1)
+    fixes = {"budget_dynamic_sampling_max_gen_batches": 2, "budget_dynamic_sampling_oversample": 2,
+             "num_generations": 8}
+    assert set(re.findall(r"\b(budget_dynamic_sampling_\w+|num_generations)\b \(", suggested)) == set(fixes)
+    for setting, value in fixes.items():
+        resumed = make_trainer(tmp_path / setting, tokenizer, **{**options, setting: value})
+        recorder = RowRecorder(resumed)
+        resumed.train(resume_from_checkpoint=str(tmp_path / "stopped" / "checkpoint-2"))
+        assert resumed.state.global_step == 4
+        # The stream went on where it stood: the step that stopped draws the hard prompts first, and now trains.
+        plan = recorder.steps[0][0]
+        size = resumed.prompt_stream.prompts_per_batch
+        assert [prompt["prompt"] for prompt in plan.prompts[:size]] == [data[i]["prompt"] for i in order[4 : 4 + size]]
+        assert plan.counts.sum() == 8 and all((p.counts > 0).sum() * p.counts.max() == 8 for p, _, _ in recorder.steps)
 
 
 def test_the_success_metric_keeps_prompts_whose_outcomes_differ(tmp_path, tokenizer):
