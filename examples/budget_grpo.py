@@ -19,10 +19,12 @@ of `examples/dapo_math.py`:
         --model_name_or_path Qwen/Qwen2.5-7B-Instruct --use_vllm --vllm_mode server
 
 Every flag and recipe of `trl grpo` works as there, plus every budget setting; `--config FILE.yaml` reads them from a
-file.
+file. A flag or recipe key that no field takes stops the script before anything loads, naming the field that was
+probably meant, as `trl-budget grpo` does; so does an option of `accelerate launch` given after the script's name,
+where accelerate does not read it.
 """
 
-from trl_budget.scripts.grpo import main, make_parser
+from trl_budget.scripts.grpo import main, parse_recipe
 
 if __name__ == "__main__":
-    main(*make_parser().parse_args_and_config(fail_with_unknown_args=False))
+    main(*parse_recipe())

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 import tempfile
@@ -220,55 +221,137 @@ and GRPOConfig, under `accelerate launch`, as `trl grpo` runs it: every recipe a
 --reward_model_name_or_path), plus the budget settings. Flags the script does not know (--num_processes,
 --mixed_precision, ...) go to `accelerate launch`; --accelerate_config takes a file, the name of one of this project's
 configs or of TRL's (zero1, multi_gpu, ...); this project's: {ours}.
-Every field of transformers' TrainingArguments is a flag too.
-"""
+--num_processes N starts N processes, with a config or without one (on the CPU with --use_cpu).
+
+Below, the budget settings, then every flag of `trl grpo`, with its type and default. Each --FIELD_NAME is also
+--FIELD-NAME; a true/false field takes `--FIELD false`. --resume_from_checkpoint true (or latest) resumes from the
+newest complete checkpoint of --output_dir."""
 ACCELERATE_CONFIGS = Path(__file__).with_name("accelerate_configs")
-# The dataclasses `trl-budget grpo` parses, read from TRL's source for --help: (module under trl, class names).
-TRL_HELP_SOURCES = (("scripts/grpo.py", ("GRPOScriptArguments",)),
-                    ("scripts/utils.py", ("ScriptArguments", "DatasetMixtureConfig")),
-                    ("trainer/grpo_config.py", ("GRPOConfig",)), ("trainer/model_config.py", ("ModelConfig",)))
+# Where --help reads each dataclass the script parses, and each one they extend: class name -> (package, file).
+HELP_SOURCES = {
+    "BudgetGRPOConfig": ("trl_budget", "config.py"),
+    "GRPOScriptArguments": ("trl", "scripts/grpo.py"),
+    "ScriptArguments": ("trl", "scripts/utils.py"),
+    "GRPOConfig": ("trl", "trainer/grpo_config.py"),
+    "_BaseConfig": ("trl", "trainer/base_config.py"),
+    "TrainingArguments": ("transformers", "training_args.py"),
+    "ModelConfig": ("trl", "trainer/model_config.py"),
+    "DatasetMixtureConfig": ("trl", "scripts/utils.py"),
+}
+# TRL's part of --help, in the order `trl grpo --help` lists it: (heading, dataclass).
+TRL_HELP_GROUPS = (("TRL's GRPO script (GRPOScriptArguments)", "GRPOScriptArguments"),
+                   ("Training (TRL's GRPOConfig, with transformers' TrainingArguments)", "GRPOConfig"),
+                   ("Model (TRL's ModelConfig)", "ModelConfig"),
+                   ("Dataset mixture (TRL's DatasetMixtureConfig)", "DatasetMixtureConfig"))
+BUDGET_HEADING = "Budget settings (BudgetGRPOConfig)"
 
 
-def _field_help(source: Path, classes: tuple[str, ...]) -> list[str]:
-    """`--field type (default: ...)` and its wrapped help for every field of `classes` in the Python file `source`,
-    read with `ast`: nothing is imported."""
+@functools.cache
+def _classes_in(path: Path) -> dict:
+    """The classes defined at the top of the Python file `path`, by name, parsed with `ast`: nothing is imported."""
+    import ast
+
+    return {node.name: node for node in ast.parse(path.read_text()).body if isinstance(node, ast.ClassDef)}
+
+
+def _source_of(name: str) -> Path | None:
+    """The file that defines the class `name` (HELP_SOURCES), found without running its package's code."""
+    import importlib.util
+
+    package, file = HELP_SOURCES[name]
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(next(iter(spec.submodule_search_locations))) / file
+    return path if path.is_file() else None
+
+
+def _literal(node, fallback=None):
+    import ast
+
+    try:
+        return ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError):  # a value computed when the module runs
+        return fallback
+
+
+EMPTY_FACTORIES = {"list": "[]", "dict": "{}", "set": "set()"}
+
+
+def _default_text(default, factory) -> str:
+    """A field's default as its source writes it; a factory's value (list: [], a lambda: its body); or `required`."""
+    import ast
+
+    if default is not None:
+        return f"default: {ast.unparse(default)}"
+    if factory is not None:
+        return f"default: {EMPTY_FACTORIES.get(ast.unparse(factory)) or ast.unparse(getattr(factory, 'body', factory))}"
+    return "required"
+
+
+def _field_entry(statement) -> tuple[str, str | None] | None:
+    """One statement of a dataclass's body as (field name, its --help entry), the entry None for a field that is no
+    flag (init=False); None for a statement that is no field."""
     import ast
     import textwrap
 
-    lines = []
-    tree = ast.parse(source.read_text())
-    for node in tree.body:
-        if not (isinstance(node, ast.ClassDef) and node.name in classes):
-            continue
-        lines.append(f"\n{node.name}:")
-        for statement in node.body:
-            if not (isinstance(statement, ast.AnnAssign) and isinstance(statement.value, ast.Call)):
-                continue
-            options = {keyword.arg: keyword.value for keyword in statement.value.keywords}
-            default = ast.unparse(options.get("default", options.get("default_factory", ast.Constant(None))))
-            lines.append(f"  --{statement.target.id} {ast.unparse(statement.annotation)} (default: {default})")
-            try:
-                text = ast.literal_eval(options["metadata"])["help"]
-            except (KeyError, ValueError, TypeError, SyntaxError):  # a help text computed when TRL is imported
-                continue
-            lines += textwrap.wrap(" ".join(text.split()), 110, initial_indent=" " * 6, subsequent_indent=" " * 6)
-    return lines
+    if not (isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name)):
+        return None
+    name, annotation = statement.target.id, ast.unparse(statement.annotation)
+    if "ClassVar" in annotation:
+        return None
+    value = statement.value
+    is_field = isinstance(value, ast.Call) and ast.unparse(value.func) in ("field", "dataclasses.field")
+    options = {keyword.arg: keyword.value for keyword in value.keywords} if is_field else {"default": value}
+    if _literal(options.get("init"), True) is False:
+        return name, None
+    shown = _default_text(options.get("default"), options.get("default_factory"))
+    if _literal(options.get("default")) is True and annotation in ("bool", "bool | None", "Optional[bool]"):
+        shown += f"; --no_{name} sets it false"  # the switch HfArgumentParser adds to a field that defaults to true
+    entry = [f"  --{name} {annotation} ({shown})"]
+    metadata = options.get("metadata")
+    if isinstance(metadata, ast.Dict):
+        texts = [_literal(value) for key, value in zip(metadata.keys, metadata.values) if _literal(key) == "help"]
+        if texts and isinstance(texts[0], str):  # argparse's help text, where `%%` is a percent sign
+            entry += textwrap.wrap(" ".join(texts[0].replace("%%", "%").split()), 110, initial_indent=" " * 6,
+                                   subsequent_indent=" " * 6)
+    return name, "\n".join(entry)
+
+
+def dataclass_help(name: str) -> dict[str, str]:
+    """The --help entry of every flag of the dataclass `name`, by field, in the dataclass's order: the fields of its
+    bases first, each that it redefines in its place, then its own. Empty when its source is not found."""
+    source = _source_of(name)
+    node = _classes_in(source).get(name) if source is not None else None
+    if node is None:
+        return {}
+    entries = {}
+    for base in node.bases:
+        base_name = getattr(base, "id", getattr(base, "attr", None))
+        if base_name in HELP_SOURCES:
+            entries.update(dataclass_help(base_name))
+    for statement in node.body:
+        field_name, entry = _field_entry(statement) or (None, None)
+        if entry is not None:
+            entries[field_name] = entry
+        elif field_name is not None:
+            entries.pop(field_name, None)
+    return entries
 
 
 def grpo_help() -> str:
-    """`trl-budget grpo --help`: the usage, every budget setting and every field of TRL's GRPO script, read from the
-    sources without importing TRL or torch, so that it answers at once."""
-    import importlib.util
-
+    """`trl-budget grpo --help`: the usage, the budget settings under their own heading, then every flag of `trl grpo`
+    under TRL's, read from the sources without importing TRL, transformers or torch, so that it answers at once."""
     ours = ", ".join(sorted(path.stem for path in ACCELERATE_CONFIGS.glob("*.yaml")))
-    lines = [GRPO_USAGE.format(ours=ours)]
-    lines += _field_help(Path(__file__).with_name("config.py"), ("BudgetGRPOConfig",))
-    trl_spec = importlib.util.find_spec("trl")  # finds TRL's folder without running its code
-    if trl_spec is not None and trl_spec.submodule_search_locations:
-        trl_folder = Path(next(iter(trl_spec.submodule_search_locations)))
-        for module, classes in TRL_HELP_SOURCES:
-            if (trl_folder / module).exists():
-                lines += _field_help(trl_folder / module, classes)
+    budget, training = dataclass_help("BudgetGRPOConfig"), dataclass_help("GRPOConfig")
+    lines = [GRPO_USAGE.format(ours=ours), "", f"{BUDGET_HEADING}:"]
+    lines += [entry for name, entry in budget.items() if name not in training]
+    for heading, name in TRL_HELP_GROUPS:
+        entries = dataclass_help(name)
+        if name == "GRPOConfig":  # with the budget's default where it changes one of TRL's
+            entries = {field: budget.get(field, entry) for field, entry in entries.items()}
+        lines += ["", f"{heading}:", *entries.values()] if entries else [
+            "", f"{heading}: not found in the installed TRL; `trl grpo --help` lists it"]
     return "\n".join(lines)
 
 
@@ -287,22 +370,58 @@ def accelerate_config_arguments(launch_arguments: list[str]) -> list[str]:
     return resolve_accelerate_config_argument(launch_arguments)
 
 
-def refuse_unknown_flags(arguments: list[str], script_parser, launch_parser) -> None:
-    """A flag that neither the script nor `accelerate launch` takes stops here, before the recipe is checked or
-    anything launched, naming the field that was probably meant."""
-    import difflib
+# The modes of `accelerate launch` that start several processes themselves. Without one, and without a config that
+# names a distributed type, accelerate runs its plain launcher: one process, whatever --num_processes says (several
+# only through MPI), unless it sees two GPUs or more.
+PROCESS_STARTERS = ("multi_gpu", "use_deepspeed", "use_fsdp", "use_megatron_lm", "tpu")
 
-    ours = {option for action in script_parser._actions for option in action.option_strings}
-    launchers = {option for action in launch_parser._actions for option in action.option_strings}
-    known = ours | launchers | {"--accelerate_config", "--config"}
-    for argument in arguments:
-        flag = argument.split("=", 1)[0]
-        if flag.startswith("--") and flag not in known:
-            close = difflib.get_close_matches(flag[2:], [option[2:] for option in sorted(known)], n=1)
-            hint = f" Did you mean --{close[0]}?" if close else ""
-            raise SystemExit(f"trl-budget grpo: {flag} is neither a field of the recipe (BudgetGRPOConfig, TRL's "
-                             f"GRPO script arguments, ModelConfig) nor an option of `accelerate launch`.{hint} "
-                             "`trl-budget grpo --help` lists them.")
+
+def process_count_arguments(launch_arguments: list[str], launcher, default_config: str | None) -> list[str]:
+    """`launch_arguments` such that `--num_processes N` (N > 1) starts N processes: `--multi_gpu` is added where no
+    mode and no config (`--config_file`, else accelerate's default config, `default_config`) says how to start them;
+    torchrun then starts N, each on its GPU, or all on the CPU with the recipe's --use_cpu."""
+    from accelerate.commands.config import load_config_from_file
+    from accelerate.utils import DistributedType
+
+    options = launcher.parse_args([*launch_arguments, "script"])
+    processes = options.num_processes
+    if processes is None or processes < 2 or options.mpirun_hostfile is not None:
+        return launch_arguments
+    if options.cpu:
+        raise SystemExit(f"trl-budget grpo: --num_processes {processes} with --cpu starts one process: accelerate's "
+                         "--cpu launcher starts several only through MPI (--mpirun_hostfile). To train on the CPU in "
+                         f"{processes} processes, drop --cpu and pass --use_cpu, the recipe's setting.")
+    if any(getattr(options, mode) for mode in PROCESS_STARTERS):
+        return launch_arguments
+    config = options.config_file or default_config
+    if config is not None and load_config_from_file(config).distributed_type != DistributedType.NO:
+        return launch_arguments
+    return [*launch_arguments, "--multi_gpu"]
+
+
+def grpo_launch_command(arguments: list[str], default_config: str | None) -> list[str]:
+    """The arguments of `accelerate launch` that run the recipe of `arguments`: its options (a config by name as its
+    file, the process count made to hold), the training script, the script's flags (with the checkpoint that
+    `--resume_from_checkpoint true` names). The recipe is parsed and checked, and a flag that neither takes is refused,
+    before anything launches. `default_config`: accelerate's default config
+    file, where there is one."""
+    from accelerate.commands.launch import launch_command_parser
+
+    from .scripts import grpo
+
+    parser, launcher = grpo.make_parser(prog="trl-budget grpo"), launch_command_parser()
+    grpo.refuse_unknown_flags(arguments, parser, launcher)
+    _, training, *_, config_remaining, cli_remaining = parser.parse_args_and_config(
+        arguments, return_remaining_strings=True, separate_remaining_strings=True)  # the recipe is checked here
+    grpo.refuse_unknown_flags(config_remaining, parser, launcher)  # a recipe's own keys
+    launch_arguments = accelerate_config_arguments(config_remaining + cli_remaining)
+    launch_arguments = process_count_arguments(launch_arguments, launcher, default_config)
+    script_arguments = _without(arguments, cli_remaining)
+    # `true` or `latest` becomes the checkpoint here, once for every process, or stops before anything launches.
+    resume = grpo.resume_choice(training.resume_from_checkpoint, training.output_dir)
+    if resume not in (None, training.resume_from_checkpoint):
+        script_arguments += ["--resume_from_checkpoint", resume]
+    return [*launch_arguments, grpo.__file__, *script_arguments]
 
 
 def run_grpo(arguments: list[str]) -> int:
@@ -310,18 +429,13 @@ def run_grpo(arguments: list[str]) -> int:
     if "-h" in arguments or "--help" in arguments:
         print(grpo_help())
         return 0
+    import os
+
+    from accelerate.commands.config import default_config_file
     from accelerate.commands.launch import launch_command, launch_command_parser
 
-    from .scripts import grpo
-
-    parser, launcher = grpo.make_parser(prog="trl-budget grpo"), launch_command_parser()
-    refuse_unknown_flags(arguments, parser, launcher)
-    *_, config_remaining, cli_remaining = parser.parse_args_and_config(
-        arguments, return_remaining_strings=True, separate_remaining_strings=True)  # the recipe is checked here
-    refuse_unknown_flags(config_remaining, parser, launcher)  # a recipe's own keys
-    launch_arguments = accelerate_config_arguments(config_remaining + cli_remaining)
-    script_arguments = _without(arguments, cli_remaining)
-    launch_command(launcher.parse_args([*launch_arguments, grpo.__file__, *script_arguments]))
+    command = grpo_launch_command(arguments, default_config_file if os.path.isfile(default_config_file) else None)
+    launch_command(launch_command_parser().parse_args(command))
     return 0
 
 
