@@ -17,6 +17,8 @@ _EXPORTS = {
     "CoBAAllocator": "allocators",
     "KnapsackAllocator": "allocators",
     "ReinforceAda": "allocators",
+    "SPOAllocator": "allocators",
+    "SPOTracker": "spo",
     "UniformAllocator": "allocators",
     "allocator_names": "allocators",
     "register_allocator": "allocators",
@@ -34,11 +36,13 @@ if TYPE_CHECKING:
         CoBAAllocator,
         KnapsackAllocator,
         ReinforceAda,
+        SPOAllocator,
         UniformAllocator,
         allocator_names,
         register_allocator,
     )
     from .config import BudgetGRPOConfig
+    from .spo import SPOTracker
     from .tracker import CapabilityTracker, prompt_key
     from .trainer import BudgetGRPOTrainer
 

@@ -11,7 +11,7 @@ from typing import Any
 from .tracker import CapabilityTracker, SettingsMismatch
 
 __all__ = ["TRACKER_STATE_NAME", "latest_complete_checkpoint", "load_tracker_state", "restore_budget_state",
-           "restore_stream", "restore_tracker", "resume_point", "save_budget_state", "save_stream", "save_tracker",
+           "restore_part", "restore_tracker", "resume_point", "save_budget_state", "save_tracker",
            "write_json_atomically"]
 
 logger = logging.getLogger(__name__)
@@ -158,48 +158,49 @@ def save_tracker(checkpoint: str, tracker: CapabilityTracker) -> None:
         raise
 
 
-def save_budget_state(checkpoint: str, tracker: CapabilityTracker, stream=None) -> None:
-    """The budget's files of a checkpoint: the tracker's and, with dynamic sampling, the prompt stream's."""
+def save_budget_state(checkpoint: str, tracker: CapabilityTracker, parts: dict[str, Any] | None = None) -> None:
+    """The budget's files of a checkpoint: the tracker's and, by file name, each stage's that keeps a state (the
+    prompt stream of dynamic sampling, the prompt sampler, SPO's tracker); None parts are not in use."""
     save_tracker(checkpoint, tracker)
-    if stream is not None:
-        save_stream(checkpoint, stream)
+    for name, part in (parts or {}).items():
+        if part is not None:
+            write_json_atomically(os.path.join(checkpoint, name), part.state_dict())
 
 
-def restore_budget_state(checkpoint: str, tracker: CapabilityTracker, stream, budget_allocator: str) -> None:
-    """Restore what `save_budget_state` saved (`stream`: None without dynamic sampling)."""
+def restore_budget_state(checkpoint: str, tracker: CapabilityTracker, parts: dict[str, Any],
+                         budget_allocator: str) -> None:
+    """Restore what `save_budget_state` saved (`parts` as given to it)."""
     from .config import TRACKER_FIELDS  # here: the config imports TRL, this module loads without it
 
     restore_tracker(checkpoint, tracker, TRACKER_FIELDS, budget_allocator)
-    if stream is not None:
-        restore_stream(checkpoint, stream)
+    for name, part in parts.items():
+        if part is not None:
+            restore_part(checkpoint, name, part)
 
 
-def save_stream(checkpoint: str, stream) -> None:
-    """Write dynamic sampling's stream position (a `PromptStream`) into the checkpoint folder, atomically."""
-    from .dynamic_sampling import STREAM_STATE_NAME  # here: that module imports TRL, this one loads without it
+# What a run that resumes without a stage's file does, by the file's name.
+_WITHOUT_FILE = {
+    "budget_prompt_stream.json": "Dynamic sampling draws from the start of the training data again.",
+    "budget_prompt_sampler.json": "Prompt sampling draws its pools from the start of the training data again.",
+    "budget_spo_state.json": "SPO's tracker starts again from every prompt's prior.",
+}
 
-    write_json_atomically(os.path.join(checkpoint, STREAM_STATE_NAME), stream.state_dict())
 
-
-def restore_stream(checkpoint: str, stream) -> None:
-    """Put dynamic sampling's stream where the checkpoint's stood, so the resumed run draws the prompts an
-    uninterrupted one would; a missing file is warned about (the stream starts over from the data's first batch)."""
-    from .dynamic_sampling import STREAM_STATE_NAME
-
-    path = os.path.join(checkpoint, STREAM_STATE_NAME)
+def restore_part(checkpoint: str, name: str, part) -> None:
+    """Put a stage (`part.load_state_dict(state, path)`) where the checkpoint's stood, so the resumed run goes on as an
+    uninterrupted one would; a missing file is warned about (the stage starts afresh)."""
+    path = os.path.join(checkpoint, name)
     if not os.path.exists(path):
-        logger.warning(
-            f"{path} is missing: the checkpoint was written without dynamic sampling, or its save was interrupted. "
-            "Dynamic sampling draws from the start of the training data again."
-        )
+        logger.warning(f"{path} is missing: the checkpoint was written without this stage, or its save was "
+                       f"interrupted. {_WITHOUT_FILE.get(name, '')}")
         return
     try:
-        with open(path) as f:
+        with open(path, encoding="utf-8") as f:
             state = json.load(f)
-    except (OSError, json.JSONDecodeError) as error:
-        raise ValueError(f"{path} cannot be read ({error}). Resume from an earlier checkpoint, or delete the file to "
-                         "draw from the start of the training data again.") from error
-    stream.load_state_dict(state, path)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"{path} cannot be read ({error}). Resume from an earlier checkpoint, or delete the file: "
+                         f"{_WITHOUT_FILE.get(name, 'the stage starts afresh.')}") from error
+    part.load_state_dict(state, path)
 
 
 def restore_tracker(checkpoint: str, tracker: CapabilityTracker, tracker_fields: dict[str, str],

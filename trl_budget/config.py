@@ -30,7 +30,7 @@ TRACKER_FIELDS = {
     "success_threshold": "success_threshold",
     "reward_history_window": "advantage_history_window",
 }
-ADVANTAGE_BASELINES = ("group", "all_rollouts", "history")
+ADVANTAGE_BASELINES = ("group", "all_rollouts", "history", "spo")
 DYNAMIC_SAMPLING_METRICS = ("reward", "success")
 
 
@@ -214,8 +214,11 @@ class BudgetGRPOConfig(GRPOConfig):
             rules that train every rollout the same as `"group"` up to its epsilon). `"history"`: of the prompt's
             rewards over its recent visits, this batch's included (the capability tracker's reward history,
             `advantage_history_window`), so that a group whose rollouts all agree still carries a gradient where its
-            history differs. `None`: `"all_rollouts"` under Reinforce-Ada with `reinforce_ada_global_statistics`,
-            else `"group"`.
+            history differs. `"spo"`: SPO's, the prompt's success estimate alpha / (alpha + beta) from its SPO
+            tracker *before* this batch, the batch's r - p then normalized over the whole batch (with
+            `scale_rewards="none"`: not normalized); rewards must lie in [0, 1]. `None`: `"all_rollouts"` under
+            Reinforce-Ada with `reinforce_ada_global_statistics`, `"spo"` under `budget_allocator="spo"`, else
+            `"group"`.
         advantage_history_window (`float`, *optional*, defaults to `16.0`):
             With `advantage_baseline="history"`: each earlier visit of a prompt weighs `1 - 1/window` times the next,
             so that its history counts about as many visits (1: this batch alone).
@@ -223,6 +226,39 @@ class BudgetGRPOConfig(GRPOConfig):
             Clip the grouped advantages to [-advantage_clip, advantage_clip]. `None`: no clipping, as TRL. The
             Knapsack RL release clips at 5: a lone success among 128 rollouts would otherwise get an advantage of
             about 11 (2.5 among 8).
+
+        > Parameters of SPO (`budget_allocator="spo"`, `advantage_baseline="spo"`, `prompt_sampling="spo"`)
+
+        spo_rollouts_per_prompt (`int`, *optional*, defaults to `1`):
+            Under `budget_allocator="spo"`: rollouts of every prompt (the release's `n = 1`); each generation batch
+            draws `generation_batch_size / spo_rollouts_per_prompt` prompts.
+        spo_rho (`str` or `float`, *optional*, defaults to `"kl"`):
+            How fast a prompt's evidence fades: `"kl"` (KL-adaptive, the release's default: from the drift of the
+            policy's log-probabilities on the prompt's last response, two extra forward passes over each batch's
+            prompts) or a constant factor in (0, 1] (the release's `rho.value`, 0.875).
+        spo_rho_clip_lower (`float`, *optional*, defaults to `0.875`):
+            The lowest KL-adaptive factor (fastest forgetting), and the prior's weight `1 / (1 - spo_rho_clip_lower)`
+            pseudo-rollouts (the release's `rho.clip_lower`).
+        spo_offline_values (`str` or `None`, *optional*, defaults to `None`):
+            A JSON file of each prompt's scores by the initial policy, `{"prompt text": [score, ...]}` (the release's
+            `offline_values`; keyed by `prompt_id_column`'s value when it is set): each prompt's prior. Every prompt
+            of the training data must be in it. `None` (and no `spo_offline_column`): every prompt starts at
+            Beta(0.5, 0.5), as the release with `offline_N = 0`.
+        spo_offline_column (`str` or `None`, *optional*, defaults to `None`):
+            A dataset column holding each prompt's list of offline scores, instead of `spo_offline_values`.
+        spo_offline_n (`int`, *optional*, defaults to `8`):
+            Offline scores per prompt the prior counts (the release's `offline_N`): more are sub-sampled, fewer count
+            the missing ones as failures (the release's formula). 0: Beta(0.5, 0.5) for every prompt.
+
+        > Parameters of prompt selection
+
+        prompt_sampling (`str` or `None`, *optional*, defaults to `None`):
+            How each generation batch's prompts are chosen. `None`: TRL's sampler's order. `"spo"`: drawn by SPO's
+            weights sqrt(p (1 - p)) + 0.05 from a pool of candidates (`prompt_sampling_pool`), before the allocator
+            shares the batch's rollouts among them. `None` resolves to `"spo"` under `budget_allocator="spo"`.
+        prompt_sampling_pool (`int` or `None`, *optional*, defaults to `None`):
+            Candidates per generation batch, in TRL's sampler's order, pool after pool (each prompt a candidate once a
+            pass of the data). `None`: the whole training set every batch (the release's pool covers its data).
     """
 
     budget_allocator: str = field(
@@ -418,9 +454,10 @@ class BudgetGRPOConfig(GRPOConfig):
         default=None,
         metadata={"help": "What each reward is compared with: 'group' (GRPO's: the prompt's trained rollouts), "
                   "'all_rollouts' (all its rollouts of the batch, Reinforce-Ada's global statistics) or 'history' "
-                  "(its rewards over recent visits, this batch's included). None: 'all_rollouts' under Reinforce-Ada "
-                  "with reinforce_ada_global_statistics, else 'group'.",
-                  "choices": ["group", "all_rollouts", "history"]},
+                  "(its rewards over recent visits, this batch's included) or 'spo' (SPO's: its success estimate from "
+                  "before this batch, advantages normalized over the batch). None: 'all_rollouts' under "
+                  "Reinforce-Ada with reinforce_ada_global_statistics, 'spo' under budget_allocator='spo', else "
+                  "'group'.", "choices": ["group", "all_rollouts", "history", "spo"]},
     )
     advantage_history_window: float = field(
         default=16.0,
@@ -431,6 +468,48 @@ class BudgetGRPOConfig(GRPOConfig):
         default=None,
         metadata={"help": "Clip the grouped advantages to [-advantage_clip, advantage_clip]. None: no clipping, as "
                   "TRL. The Knapsack RL release clips at 5."},
+    )
+    spo_rollouts_per_prompt: int = field(
+        default=1,
+        metadata={"help": "Under budget_allocator='spo': rollouts of every prompt (the release's n = 1); each "
+                  "generation batch draws generation_batch_size / spo_rollouts_per_prompt prompts."},
+    )
+    spo_rho: str = field(
+        default="kl",
+        metadata={"help": "SPO's forgetting: 'kl' (KL-adaptive, the release's default: two extra forward passes a "
+                  "batch) or a constant factor in (0, 1] (the release's rho.value, 0.875)."},
+    )
+    spo_rho_clip_lower: float = field(
+        default=0.875,
+        metadata={"help": "SPO: the lowest KL-adaptive factor, and the prior's weight 1 / (1 - clip_lower) "
+                  "pseudo-rollouts (the release's rho.clip_lower)."},
+    )
+    spo_offline_values: str | None = field(
+        default=None,
+        metadata={"help": "SPO's prior: a JSON file {prompt text (or prompt_id_column's value): [scores of the "
+                  "initial policy]} naming every training prompt (the release's offline_values). None: Beta(0.5, "
+                  "0.5) for every prompt."},
+    )
+    spo_offline_column: str | None = field(
+        default=None,
+        metadata={"help": "SPO's prior from a dataset column holding each prompt's list of offline scores, instead "
+                  "of spo_offline_values."},
+    )
+    spo_offline_n: int = field(
+        default=8,
+        metadata={"help": "Offline scores per prompt SPO's prior counts (the release's offline_N): more are "
+                  "sub-sampled, fewer count the missing ones as failures. 0: Beta(0.5, 0.5)."},
+    )
+    prompt_sampling: str | None = field(
+        default=None,
+        metadata={"help": "How each generation batch's prompts are chosen: None (TRL's sampler's order) or 'spo' "
+                  "(drawn by SPO's weights sqrt(p (1 - p)) + 0.05 from a pool of candidates). None resolves to "
+                  "'spo' under budget_allocator='spo'.", "choices": [None, "spo"]},
+    )
+    prompt_sampling_pool: int | None = field(
+        default=None,
+        metadata={"help": "Candidates per generation batch under prompt_sampling, in TRL's sampler's order, pool "
+                  "after pool. None: the whole training set every batch."},
     )
 
     def __post_init__(self):
@@ -480,6 +559,8 @@ class BudgetGRPOConfig(GRPOConfig):
             if not (is_finite_number(getattr(self, name)) and getattr(self, name) >= 0):
                 raise ValueError(f"{name} must be a finite number, 0 or more, got {shown(getattr(self, name))}.")
         self.check_advantage_baseline()
+        self.check_spo_settings()
+        self.check_prompt_sampling()
         self.refuse_unread_settings()
         self.make_allocator()
         self.make_tracker()
@@ -524,6 +605,7 @@ class BudgetGRPOConfig(GRPOConfig):
                 f"{dynamic[0]}={changed[dynamic[0]]!r} is read only with budget_dynamic_sampling=True, which this run "
                 "does not set, so it would be ignored. Remove it, or set budget_dynamic_sampling=True."
             )
+        self.refuse_unread_spo_settings(changed)
         if "advantage_history_window" in changed and self.advantage_baseline != "history":
             raise ValueError(
                 f"advantage_history_window={changed['advantage_history_window']!r} is read only with "
@@ -536,8 +618,36 @@ class BudgetGRPOConfig(GRPOConfig):
             name = ignored[0]
             raise ValueError(f"{name}={changed[name]!r} is never read {rule}. Remove it{unread[name]}.")
 
+    def refuse_unread_spo_settings(self, changed: dict[str, Any]) -> None:
+        """SPO's settings are read by its allocator (`spo_rollouts_per_prompt`), by its tracker (under its baseline
+        or its prompt sampling) and by prompt sampling (`prompt_sampling_pool`)."""
+        def refuse(name: str, reader: str) -> None:
+            raise ValueError(f"{name}={changed[name]!r} is read only {reader}, which this run does not use, so it "
+                             f"would be ignored. Remove {name}, or turn that on.")
+
+        if "spo_rollouts_per_prompt" in changed and self.budget_allocator != "spo":
+            refuse("spo_rollouts_per_prompt", "under budget_allocator='spo'")
+        tracker_settings = ("spo_rho", "spo_rho_clip_lower", "spo_offline_values", "spo_offline_column",
+                            "spo_offline_n")
+        for name in tracker_settings:
+            if name in changed and not self.uses_spo_tracker():
+                refuse(name, "by SPO's tracker (advantage_baseline='spo', prompt_sampling='spo' or "
+                             "budget_allocator='spo')")
+        if "spo_offline_n" in changed and self.spo_offline_values is None and self.spo_offline_column is None:
+            refuse("spo_offline_n", "with offline scores (spo_offline_values or spo_offline_column)")
+        if "prompt_sampling_pool" in changed and self.resolved_prompt_sampling() is None:
+            refuse("prompt_sampling_pool", "with prompt sampling (prompt_sampling='spo')")
+
     def _rule_and_unread_settings(self) -> tuple[str, dict[str, str]]:
         """The batch's rule in words, and the settings it never reads, each with the rest of its fix."""
+        if self.budget_allocator == "spo":
+            return ("under budget_allocator='spo': every prompt gets spo_rollouts_per_prompt rollouts in one round, "
+                    "its prompts drawn by prompt sampling"), dict.fromkeys(
+                ("min_generations", "max_generations", "budget_probe_generations", "budget_round_generations",
+                 "budget_first_round_generations", "budget_max_rounds", "budget_token_cap", "pass_rate_prior_column",
+                 "prompt_group_column", "pass_rate_prior_strength", "budget_probe_history_weight",
+                 "budget_probe_prior_strength", "budget_per_prompt_rounds"),
+                ", or choose another allocator for it")
         if self.budget_allocator == "reinforce_ada":
             fix = ", or choose a one-shot allocator ('knapsack', 'coba' or 'uniform') for it"
             return ("under budget_allocator='reinforce_ada': it generates each batch in rounds of its own "
@@ -589,6 +699,13 @@ class BudgetGRPOConfig(GRPOConfig):
     def check_baseline_scaling(self, baseline: str) -> None:
         """A baseline over more than the trained rows defines a group's scale, or none: `scale_rewards` 'group' or
         'none' of the summed rewards."""
+        if baseline == "spo" and self.multi_objective_aggregation != "sum_then_normalize":
+            raise ValueError(
+                "the advantage baseline 'spo' compares each rollout's summed reward with its prompt's success "
+                f"estimate; multi_objective_aggregation={self.multi_objective_aggregation!r} normalizes each reward "
+                "function apart first, which has no such meaning. Use multi_objective_aggregation="
+                "'sum_then_normalize', or another advantage_baseline."
+            )
         if baseline in ("all_rollouts", "history") and (self.scale_rewards == "batch" or
                                                           self.multi_objective_aggregation != "sum_then_normalize"):
             raise ValueError(
@@ -602,12 +719,81 @@ class BudgetGRPOConfig(GRPOConfig):
 
     def resolved_advantage_baseline(self, allocator=None) -> str:
         """The baseline a run uses: `advantage_baseline`, or the rule's own (Reinforce-Ada's global statistics, on
-        its settings or on the allocator object given to the trainer)."""
+        its settings or on the allocator object given to the trainer; SPO's)."""
         if self.advantage_baseline is not None:
             return self.advantage_baseline
         if allocator is None and self.budget_allocator == "reinforce_ada":
             return "all_rollouts" if self.reinforce_ada_global_statistics else "group"
+        if allocator is None and self.budget_allocator == "spo":
+            return "spo"
         return "all_rollouts" if getattr(allocator, "global_statistics", False) is True else "group"
+
+    def resolved_prompt_sampling(self) -> str | None:
+        """How the run chooses each generation batch's prompts: `prompt_sampling`, or SPO's under its allocator."""
+        if self.prompt_sampling is None and self.budget_allocator == "spo":
+            return "spo"
+        return self.prompt_sampling
+
+    def uses_spo_tracker(self, allocator=None) -> bool:
+        """Whether the run keeps SPO's tracker: its baseline or its prompt sampling."""
+        return self.resolved_advantage_baseline(allocator) == "spo" or self.resolved_prompt_sampling() == "spo"
+
+    def check_spo_settings(self) -> None:
+        """SPO's settings: whole counts, a forgetting factor, one source of offline scores, and (under its allocator)
+        a generation batch that divides into its prompts."""
+        check_whole_number("spo_rollouts_per_prompt", self.spo_rollouts_per_prompt, 1)
+        check_whole_number("spo_offline_n", self.spo_offline_n, 0)
+        self.spo_rho = _parsed_rho(self.spo_rho)
+        for name in ("spo_offline_values", "spo_offline_column"):
+            check_optional_name(name, getattr(self, name), "a path" if name.endswith("values") else "a column")
+        if self.spo_offline_values is not None and self.spo_offline_column is not None:
+            raise ValueError(
+                f"spo_offline_values={self.spo_offline_values!r} and spo_offline_column={self.spo_offline_column!r} "
+                "both give SPO's offline scores; set one of them."
+            )
+        self.make_spo_tracker()
+        if self.budget_allocator == "spo" and self.generation_batch_size % self.spo_rollouts_per_prompt:
+            raise ValueError(
+                f"budget_allocator='spo' gives every prompt spo_rollouts_per_prompt={self.spo_rollouts_per_prompt} "
+                f"rollouts, which does not divide generation_batch_size={self.generation_batch_size}. Choose a "
+                "divisor of it."
+            )
+
+    def make_spo_tracker(self):
+        """SPO's tracker with this config's forgetting (its priors are set by the trainer, from the data)."""
+        from .spo import SPOTracker
+
+        try:
+            return SPOTracker(rho=self.spo_rho, clip_lower=self.spo_rho_clip_lower)
+        except ValueError as error:
+            raise ValueError(_name_the_field(str(error), lambda name: {"rho": "spo_rho", "clip_lower":
+                                                                       "spo_rho_clip_lower"}.get(name, name))) from error
+
+    def check_prompt_sampling(self) -> None:
+        """Prompt sampling: a rule by name, a pool of whole prompts, and not with dynamic sampling (which draws its
+        prompts itself)."""
+        if self.prompt_sampling is not None and self.prompt_sampling not in ("spo",):
+            raise ValueError(f"prompt_sampling={self.prompt_sampling!r} is not a rule: choose 'spo' (SPO's weights), "
+                             "or None for TRL's sampler's order.")
+        if self.prompt_sampling_pool is not None:
+            check_whole_number("prompt_sampling_pool", self.prompt_sampling_pool, 1)
+        if self.resolved_prompt_sampling() is not None and self.budget_dynamic_sampling:
+            raise ValueError(
+                "budget_dynamic_sampling=True draws its prompts itself, generation batch after generation batch, so "
+                f"prompt_sampling={self.resolved_prompt_sampling()!r} cannot choose them too. Set one of them."
+            )
+
+    def generation_bounds(self) -> tuple[int, int]:
+        """The fewest and most rollouts a prompt of a batch may get: SPO's rollouts a prompt under its allocator."""
+        if self.budget_allocator == "spo":
+            return self.spo_rollouts_per_prompt, self.spo_rollouts_per_prompt
+        return self.min_generations, self.max_generations
+
+    def prompts_per_generation_batch(self) -> int:
+        """Distinct prompts a generation batch trains (its sampled prompts under prompt sampling)."""
+        if self.budget_allocator == "spo":
+            return self.generation_batch_size // self.spo_rollouts_per_prompt
+        return self.generation_batch_size // self.num_generations
 
     def check_round_settings(self) -> None:
         """Rounds until mixed: whole counts within the bounds, and not together with a probe stage."""
@@ -677,10 +863,12 @@ class BudgetGRPOConfig(GRPOConfig):
         """Constructor arguments of the chosen allocator: bounds, `<allocator>_<option>` fields, and the kwargs."""
         cls = allocator_class(self.budget_allocator)
         prefix = f"{self.budget_allocator}_"
-        options = {f.name[len(prefix):]: getattr(self, f.name) for f in fields(self) if f.name.startswith(prefix)}
+        accepted = _parameters(cls)
+        # SPO's fields name its tracker's settings too: the allocator takes the options its constructor names.
+        options = {f.name[len(prefix):]: getattr(self, f.name) for f in fields(self) if f.name.startswith(prefix)
+                   and (accepted is None or f.name[len(prefix):] in accepted)}
         common = {"min_generations": self.min_generations, "max_generations": self.max_generations,
                   "default_generations": self.num_generations}
-        accepted = _parameters(cls)
         options.update({name: value for name, value in common.items() if accepted is None or name in accepted})
         options.update(self.budget_allocator_kwargs or {})
         return options
@@ -792,6 +980,17 @@ def _parameters(cls) -> set[str] | None:
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
         return None
     return {p.name for p in parameters}
+
+
+def _parsed_rho(rho) -> str | float:
+    """`spo_rho` as SPO's tracker takes it: "kl", or a number (given as one, or as text on the command line)."""
+    if isinstance(rho, str) and rho != "kl":
+        try:
+            return float(rho)
+        except ValueError:
+            raise ValueError(f"spo_rho must be 'kl' (KL-adaptive) or a constant forgetting factor in (0, 1], got "
+                             f"{rho!r}.") from None
+    return rho
 
 
 def _parsed_allocator_kwargs(kwargs) -> dict[str, Any] | None:

@@ -48,6 +48,16 @@ def refuse_short_dataset(rows: int, prompts_per_batch: int) -> None:
         )
 
 
+def training_rows(trainer):
+    """A trainer's training rows as TRL's dataloader would bring them: unused columns removed where TRL removes them."""
+    import datasets
+
+    dataset = trainer.train_dataset
+    if isinstance(dataset, datasets.Dataset) and trainer.args.remove_unused_columns:
+        dataset = trainer._remove_unused_columns(dataset, description="training")
+    return dataset
+
+
 class PromptStream:
     """The training dataset's rows, `prompts_per_batch` at a time, in the order TRL's `RepeatSampler` (seeded with
     `seed`) walks it: each pass one permutation (`shuffle`) whose last incomplete batch is left out, as TRL's sampler
@@ -67,13 +77,9 @@ class PromptStream:
         """A trainer's stream: its training rows as TRL's dataloader would bring them (unused columns removed where
         TRL removes them), in its sampler's order (the main process's seed), `budget_dynamic_sampling_oversample`
         batches' worth of prompts at a time."""
-        import datasets
-
-        args, dataset = trainer.args, trainer.train_dataset
-        if isinstance(dataset, datasets.Dataset) and args.remove_unused_columns:
-            dataset = trainer._remove_unused_columns(dataset, description="training")
+        args = trainer.args
         prompts = args.generation_batch_size // trainer.num_generations * args.budget_dynamic_sampling_oversample
-        return cls(dataset, prompts, trainer.shuffle_dataset, trainer._layout_seed)
+        return cls(training_rows(trainer), prompts, trainer.shuffle_dataset, trainer._layout_seed)
 
     def _start(self) -> None:
         # TRL's sampler with batches of one prompt yields a pass's whole permutation (the same draw of its generator

@@ -39,8 +39,8 @@ def check_before_building(args: BudgetGRPOConfig, allocator, tracker, train_data
             "that makes that product a multiple of the number of processes."
         )
     checked_allocation(  # a broken allocator fails here, before any model is loaded
-        allocator, np.full(prompts_per_batch, np.nan), args.generation_batch_size, None,
-        (args.min_generations, args.max_generations),
+        allocator, np.full(args.prompts_per_generation_batch(), np.nan), args.generation_batch_size, None,
+        args.generation_bounds(),
     )
     check_dataset_fills_a_generation_batch(train_dataset, prompts_per_batch, args)
     if args.budget_token_cap is not None:
@@ -53,6 +53,24 @@ def check_before_building(args: BudgetGRPOConfig, allocator, tracker, train_data
     warn_if_rounds_cannot_follow_the_first(allocator, args, prompts_per_batch)
     if args.budget_dynamic_sampling:
         check_dynamic_sampling(allocator, train_dataset, prompts_per_batch * args.budget_dynamic_sampling_oversample)
+    if args.resolved_prompt_sampling() is not None:
+        check_prompt_sampling(train_dataset, args)
+
+
+def check_prompt_sampling(dataset, args: BudgetGRPOConfig) -> None:
+    """Prompt sampling draws its candidates from the training data by index, pools no larger than the data."""
+    if dataset is None or isinstance(dataset, dict) or not hasattr(dataset, "__getitem__") or not hasattr(
+            dataset, "__len__"):
+        raise ValueError(
+            f"prompt_sampling={args.resolved_prompt_sampling()!r} draws each batch's prompts from the training data "
+            f"by index, but the training dataset is a {type(dataset).__name__}, which cannot be indexed. Pass a "
+            "map-style dataset (e.g. datasets.Dataset, or load it without streaming=True)."
+        )
+    if args.prompt_sampling_pool is not None and args.prompt_sampling_pool > len(dataset):
+        raise ValueError(
+            f"prompt_sampling_pool={args.prompt_sampling_pool} candidates per generation batch, but the training "
+            f"dataset has {len(dataset)} prompts. Lower it, or leave it at None to draw from the whole dataset."
+        )
 
 
 def check_tracker_serves_the_baseline(tracker, baseline: str, args: BudgetGRPOConfig) -> None:

@@ -24,6 +24,8 @@ import torch
 from accelerate.utils import broadcast_object_list, gather_object
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOConfig, GRPOTrainer
+from trl.models.utils import disable_gradient_checkpointing
+from trl.trainer.utils import pad
 
 from .advantages import advantages_against_baseline, grouped_advantages, prompt_loss_weights
 from .allocators import Allocator
@@ -31,17 +33,19 @@ from .allocators.token_cap import TokenCappedAllocator
 from .allocators.uniform import UniformAllocator
 from .checkpoint import restore_budget_state, resume_point, save_budget_state
 from .config import BudgetGRPOConfig
-from .dynamic_sampling import DynamicSampling, PromptStream
+from .dynamic_sampling import STREAM_STATE_NAME, DynamicSampling, PromptStream
 from .metrics import BudgetMetrics, relog_advantages
 from .per_prompt_engine import generate_prompt_by_prompt
 from .prior import BUDGET_COLUMN_SETTINGS, history_pass_rates
 from .probe import fresh_pass_rates
+from .prompt_sampling import SAMPLER_STATE_NAME, PromptSampler, spo_weights
 from .prompts import check_repeated_layout, has_images, keys_of
 from .rewards import RewardReader, reward_func_name, success_reward_index
 from .rollout_plan import RolloutPlan, balanced_slot_order, checked_allocation, decided_on_main_process
 from .round_rules import OneShot, ProbeThenAllocate, UntilMixed, top_up
 from .rounds import GeneratedRounds
 from .setup_checks import check_before_building, check_prompt_id_column, refuse_images_in_rounds
+from .spo_stage import SPO_STATE_NAME, SPOStage
 from .tracker import CapabilityTracker
 
 __all__ = ["BudgetGRPOTrainer", "TokenCappedAllocator", "check_prompt_id_column", "grouped_advantages",
@@ -79,6 +83,7 @@ class BudgetGRPOTrainer(GRPOTrainer):
         self.tracker = tracker if tracker is not None else args.make_tracker()
         train_dataset = kwargs.get("train_dataset", positional[0] if positional else None)
         check_before_building(args, self.allocator, self.tracker, train_dataset, kwargs)
+        self.spo = SPOStage.for_run(args, train_dataset) if args.uses_spo_tracker(allocator) else None
         success_index = success_reward_index(args.success_reward_func, reward_funcs)
         self.last_rollout_plan: RolloutPlan | None = None
         self._last_token_cap: TokenCappedAllocator | None = None
@@ -92,6 +97,8 @@ class BudgetGRPOTrainer(GRPOTrainer):
                                     self.tracker.success_threshold, self.accelerator.is_main_process)
         self.budget_metrics = BudgetMetrics(self._metrics["train"], self.accelerator.is_main_process)
         self.prompt_stream = PromptStream.for_trainer(self) if args.budget_dynamic_sampling else None
+        self.prompt_sampler = (PromptSampler.for_trainer(self, spo_weights(self.spo.tracker.p_hats))
+                               if args.resolved_prompt_sampling() == "spo" else None)
         self._replayed = None  # completions generated prompt by prompt, for TRL's generation step to return
 
     def _set_signature_columns_if_needed(self):
@@ -113,8 +120,9 @@ class BudgetGRPOTrainer(GRPOTrainer):
             self._logs["extra"]["prompt_rollouts"].extend([self.num_generations_eval] * rows)
             return output
         started, self._allocation_seconds = time.perf_counter(), 0.0
-        prompts, keys = (self._gather_prompts(inputs) if self.prompt_stream is None
-                         else self.prompt_stream.next_prompts(self.args.prompt_id_column))
+        if self.spo is not None:  # the last batch's rows update SPO's tracker under the policy they trained
+            self.spo.settle(self._policy_log_probs, self._metrics["train"])
+        prompts, keys = self._batch_prompts(inputs)
         history_rates, from_prior, groups = history_pass_rates(self.tracker, prompts, keys, self.args)
         failure_rate = self.tracker.failure_rate
         rule = self._round_rule(prompts, keys, history_rates, len(inputs) * self.accelerator.num_processes,
@@ -143,6 +151,9 @@ class BudgetGRPOTrainer(GRPOTrainer):
             output["advantages"] = advantages if trained.in_plan_order else advantages[
                 torch.as_tensor(trained.my_slots, device=advantages.device)]
 
+        if self.spo is not None:
+            self.spo.record(keys, trained.counts, rewards,
+                            self._last_responses(keys, trained) if self.spo.tracker.kl_adaptive else {})
         # The tracker learns from every rollout generated, trained or not.
         batch_failure_rate = self.tracker.update(
             np.repeat(keys, rounds.counts), self.rewards.success_rewards(generated_rewards, generated_weighted),
@@ -206,7 +217,9 @@ class BudgetGRPOTrainer(GRPOTrainer):
 
     def _advantages(self, keys: list[str], rounds: GeneratedRounds, trained, rewards: torch.Tensor,
                     generated_rewards: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The trained rows' advantages against the chosen baseline (`advantages_against_baseline`)."""
+        """The trained rows' advantages against the chosen baseline (`advantages_against_baseline`; SPO's stage)."""
+        if self.advantage_baseline == "spo":
+            return self.spo.advantages(keys, trained.counts, rewards, self._metrics["train"])
         return advantages_against_baseline(self.advantage_baseline, trained.rewards, trained.counts, rewards,
                                            generated_rewards, rounds.counts, keys, self.tracker, self.reward_weights,
                                            self.scale_rewards, self.multi_objective_aggregation)
@@ -293,6 +306,18 @@ class BudgetGRPOTrainer(GRPOTrainer):
 
     # ----------------------------------------------------------------------------------------- the allocation
 
+    def _batch_prompts(self, inputs: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
+        """The generation batch's prompts and keys: TRL's sampler's (gathered from every process), dynamic sampling's
+        first generation batch, or the prompt sampler's draw."""
+        if self.prompt_stream is not None:
+            return self.prompt_stream.next_prompts(self.args.prompt_id_column)
+        if self.prompt_sampler is not None:
+            prompts, keys = self.prompt_sampler.next_prompts(self.args.prompt_id_column)
+            for name, value in self.prompt_sampler.last_metrics.items():
+                self._metrics["train"][name].append(value)
+            return prompts, keys
+        return self._gather_prompts(inputs)
+
     def _gather_prompts(self, inputs: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
         """The batch's distinct prompts, from all processes, and their keys."""
         all_rows = gather_object(inputs)
@@ -305,7 +330,7 @@ class BudgetGRPOTrainer(GRPOTrainer):
 
     def _allocate(self, keys: list[str], pass_rates: np.ndarray, budget: int, failure_rate, history_rates=None):
         """The main process's allocation, on every process; with `history_rates`, also the allocation they give."""
-        bounds = (self.args.min_generations, self.args.max_generations)
+        bounds = self.args.generation_bounds()
 
         def decide():
             allocator = self.allocator
@@ -324,6 +349,48 @@ class BudgetGRPOTrainer(GRPOTrainer):
         result, seconds = decided_on_main_process(self.accelerator.is_main_process, what, decide)
         self._allocation_seconds += seconds
         return result
+
+    # --------------------------------------------------------------------------- SPO's responses and log-probs
+
+    def _last_responses(self, keys: list[str], trained) -> dict[str, tuple[list[int], list[int]]]:
+        """Each prompt's last trained row in plan order (the release keeps the last row a prompt has in a batch): its
+        prompt and completion ids, from whichever process holds it, on every process."""
+        ends = np.cumsum(trained.counts) - 1
+        last_slot = {key: int(end) for key, end, count in zip(keys, ends, trained.counts) if count > 0}
+        key_of_slot = {slot: key for key, slot in last_slot.items()}
+        output = trained.output
+        mine = []
+        for row, slot in enumerate(np.asarray(trained.my_slots).tolist()):
+            if slot in key_of_slot:
+                prompt = output["prompt_ids"][row][output["prompt_mask"][row].bool()].tolist()
+                completion = output["completion_ids"][row][output["completion_mask"][row].bool()].tolist()
+                mine.append((key_of_slot[slot], prompt, completion))
+        return {key: (prompt, completion) for key, prompt, completion in gather_object(mine)}
+
+    def _policy_log_probs(self, prompts: list[list[int]], completions: list[list[int]]) -> list[np.ndarray]:
+        """The current policy's log-probability of each completion's tokens after its prompt, on every process. The
+        rows are dealt over the processes, each the same number of forward passes (a sharded model gathers its
+        parameters in every one), and the results gathered."""
+        if not prompts:
+            return []
+        processes, rank = self.accelerator.num_processes, self.accelerator.process_index
+        share = -(-len(prompts) // processes)
+        mine = list(range(rank * share, min((rank + 1) * share, len(prompts))))
+        rows = mine + [mine[-1] if mine else 0] * (share - len(mine))
+        device, pad_id = self.accelerator.device, getattr(self, "_tokenizer", self.processing_class).pad_token_id
+        prompt_ids = pad([torch.tensor(prompts[i], device=device) for i in rows], pad_id, padding_side="left")
+        prompt_mask = pad([torch.ones(len(prompts[i]), device=device, dtype=torch.long) for i in rows], 0,
+                          padding_side="left")
+        completion_ids = pad([torch.tensor(completions[i], device=device) for i in rows], pad_id)
+        completion_mask = pad([torch.ones(len(completions[i]), device=device, dtype=torch.long) for i in rows], 0)
+        with torch.no_grad(), disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
+            log_probs, _, _ = self._get_per_token_logps_and_entropies(
+                self.model, torch.cat([prompt_ids, completion_ids], dim=1),
+                torch.cat([prompt_mask, completion_mask], dim=1), completion_ids.size(1),
+                batch_size=self.args.per_device_train_batch_size)
+        found = [(i, log_probs[j, : len(completions[i])].float().cpu().tolist()) for j, i in enumerate(mine)]
+        by_row = dict(gather_object(found))
+        return [np.asarray(by_row[i], dtype=np.float64) for i in range(len(prompts))]
 
     # ------------------------------------------------------------------------------- logs and checkpoints
 
@@ -352,11 +419,16 @@ class BudgetGRPOTrainer(GRPOTrainer):
         if self.args.should_save:  # the budget's files first: no checkpoint is ever pushed or kept without them
             folder = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
             save_budget_state(os.path.join(self._get_output_dir(trial=trial), folder), self.tracker,
-                              self.prompt_stream)
+                              self._stage_states())
         super()._save_checkpoint(model, trial)
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         # Restores the tracker with the optimizer, the hook TRL itself uses for its own controller state on resume.
         super()._load_optimizer_and_scheduler(checkpoint)
         if checkpoint is not None:
-            restore_budget_state(checkpoint, self.tracker, self.prompt_stream, self.args.budget_allocator)
+            restore_budget_state(checkpoint, self.tracker, self._stage_states(), self.args.budget_allocator)
+
+    def _stage_states(self) -> dict[str, Any]:
+        """The stages whose state a checkpoint keeps, by file name (None: not in this run)."""
+        return {STREAM_STATE_NAME: self.prompt_stream, SAMPLER_STATE_NAME: self.prompt_sampler,
+                SPO_STATE_NAME: self.spo}

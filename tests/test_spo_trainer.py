@@ -1,0 +1,222 @@
+"""SPO in the trainer: one rollout a prompt drawn by SPO's weights, advantages against each prompt's estimate from
+before the batch normalized over the batch, the tracker updated under the policy that trained on the batch (constant
+rho replayed by hand, KL-adaptive rho from the drift the trainer measured), its prior from offline scores, resume,
+and the settings and inputs it refuses."""
+
+import json
+
+import numpy as np
+import pytest
+from datasets import Dataset
+from helpers import make_dataset, make_trainer, parity_reward
+from test_probe import RowRecorder
+
+from trl_budget import BudgetGRPOConfig, SPOTracker, prompt_key
+from trl_budget.spo import forgetting_factor, response_drift, spo_advantages, spo_prior
+
+SPO = dict(budget_allocator="spo", max_generations=128, per_device_train_batch_size=8)
+
+
+def replayed_advantages(recorder, rho: float):
+    """Every step's advantages by hand: each row's reward against its prompt's p before the step, replayed on a fresh
+    tracker with the same constant rho; normalized over the step's rows."""
+    tracker = SPOTracker(rho=rho)
+    expected = []
+    for plan, _, _ in recorder.steps:
+        rows = np.repeat(plan.keys, plan.counts)
+        expected.append(spo_advantages(plan.rewards, tracker.p_hats(rows))[plan.slot_order])
+        tracker.update(rows, plan.rewards, rho)
+    return expected, tracker
+
+
+def test_an_spo_run_trains_one_rollout_a_prompt_against_each_prompts_estimate_before_the_batch(tmp_path, tokenizer):
+    trainer = make_trainer(tmp_path, tokenizer, max_steps=6, spo_rho=0.875, dataset=make_dataset(6), **SPO)
+    recorder = RowRecorder(trainer)
+    trainer.train()
+    assert trainer.advantage_baseline == "spo" and trainer.args.resolved_prompt_sampling() == "spo"
+    expected, replayed = replayed_advantages(recorder, 0.875)
+    revisited = 0
+    for step, (plan, advantages, rows) in enumerate(recorder.steps):
+        assert rows == 8 and (plan.counts == 1).all() and len(plan.keys) == 8  # 8 draws from 6 prompts: repeats
+        np.testing.assert_allclose(advantages.numpy(), expected[step], rtol=1e-5, atol=1e-6)
+        revisited += sum(key in set().union(*(set(p.keys) for p, _, _ in recorder.steps[:step])) for key in plan.keys)
+    assert revisited > 0  # the estimates moved between visits: the test compares more than Beta(0.5, 0.5)
+    trainer.spo.settle(trainer._policy_log_probs, trainer._metrics["train"])  # the last batch's rows
+    assert trainer.spo.tracker.alpha == pytest.approx(replayed.alpha) and trainer.spo.tracker.beta == pytest.approx(
+        replayed.beta)
+    logged = [entry for entry in trainer.state.log_history if "spo/p_hats" in entry]
+    assert len(logged) == 6 and all("spo/adv_after_norm/p50" in entry for entry in logged)
+
+
+def test_kl_adaptive_rho_comes_from_the_drift_of_each_prompts_last_response(tmp_path, tokenizer):
+    # Two prompts, four rollouts each, every batch: each visit after the first measures the drift of the prompt's last
+    # response between the policy that last trained on it and the policy now.
+    trainer = make_trainer(tmp_path, tokenizer, max_steps=4, advantage_baseline="spo", budget_allocator="uniform",
+                           dataset=make_dataset(2), learning_rate=1e-2)
+    calls, original = [], trainer._policy_log_probs
+
+    def recording(prompts, completions):
+        log_probs = original(prompts, completions)
+        calls.append((prompts, completions, log_probs))
+        return log_probs
+
+    trainer._policy_log_probs = recording
+    before = {}
+    original_update = trainer.spo.tracker.update
+
+    def update(keys, rewards, rhos):
+        before.setdefault(len(before), (list(keys), np.array(rewards), np.array(rhos),
+                                        dict(trainer.spo.tracker.responses)))
+        original_update(keys, rewards, rhos)
+
+    trainer.spo.tracker.update = update
+    trainer.train()
+    assert len(calls) == 3  # settled before batches 2, 3 and 4
+    for call, (keys, _, rhos, kept) in zip(calls, before.values()):
+        prompts, completions, log_probs = call
+        seen = [key for key in dict.fromkeys(keys) if key in kept]
+        drift = {key: 0.0 for key in dict.fromkeys(keys)}
+        for key, now in zip(seen, log_probs[: len(seen)]):  # the kept responses scored again come first
+            assert completions[seen.index(key)] == kept[key]["completion_ids"]
+            drift[key] = response_drift(np.array([kept[key]["log_probs"]]), now[None], np.ones((1, now.size)))[0]
+        expected, _ = forgetting_factor(np.array([drift[key] for key in keys]), 0.875)
+        np.testing.assert_allclose(rhos, expected, rtol=1e-12)
+    assert any(d > 0 for d in (response_drift(np.array([k["log_probs"]]), n[None], np.ones((1, n.size)))[0]
+                               for (_, _, ls), (_, _, _, kp) in zip(calls, before.values())
+                               for k, n in zip(kp.values(), ls)))
+
+
+def test_the_prior_comes_from_an_offline_values_file(tmp_path, tokenizer):
+    dataset = make_dataset(4)
+    scores = {row["prompt"]: [1, 0, 1, 1, 0, 0, 0, 1][: 2 + i] for i, row in enumerate(dataset)}
+    path = tmp_path / "offline.json"
+    path.write_text(json.dumps(scores))
+    trainer = make_trainer(tmp_path, tokenizer, max_steps=1, spo_offline_values=str(path), spo_offline_n=4,
+                           dataset=dataset, **SPO)
+    tracker = trainer.spo.tracker
+    for row in dataset:  # the tracker keys a prompt by its content's digest; the file by its text
+        expected = spo_prior(scores[row["prompt"]], 4, 0.875, np.random.default_rng(0))
+        key = prompt_key(row["prompt"])
+        assert (tracker.alpha[key], tracker.beta[key]) == pytest.approx(expected)
+    trainer.train()
+
+
+def test_the_prior_comes_from_a_dataset_column(tmp_path, tokenizer):
+    dataset = make_dataset(4).add_column("scores", [[1, 1], [0, 0], [1, 0], []])
+    trainer = make_trainer(tmp_path, tokenizer, max_steps=1, spo_offline_column="scores", spo_offline_n=2,
+                           dataset=dataset, **SPO)
+    p_hats = trainer.spo.tracker.p_hats([prompt_key(row["prompt"]) for row in dataset])
+    np.testing.assert_allclose(p_hats, [2.5 / 3, 0.5 / 3, 1.5 / 3, 0.5 / 3])
+    trainer.train()
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [(None, "spo_offline_values=.* cannot be read \\(FileNotFoundError"),
+     ("{not json", "cannot be read \\(JSONDecodeError"),
+     ("[1, 2]", "holds a list; it must be a JSON object"),
+     ("missing", "1 of the 4 training prompts have no offline scores in .*, the first: "),
+     ("bad", "are 'x'; they must be a list of finite numbers")],
+)
+def test_offline_values_that_cannot_give_every_prompt_a_prior_are_refused_before_the_model_loads(
+        tmp_path, tokenizer, content, message):
+    dataset = make_dataset(4)
+    path = tmp_path / "offline.json"
+    scores = {row["prompt"]: [1, 0] for row in dataset}
+    if content == "missing":
+        del scores[dataset[2]["prompt"]]
+        content = json.dumps(scores)
+    elif content == "bad":
+        scores[dataset[1]["prompt"]] = "x"
+        content = json.dumps(scores)
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(ValueError, match=message):
+        make_trainer(tmp_path, tokenizer, spo_offline_values=str(path), dataset=dataset, model="not-loaded", **SPO)
+
+
+def test_rewards_outside_the_unit_interval_are_refused(tmp_path, tokenizer):
+    def doubled(completions, answer, **kwargs):
+        return [2.0 * reward for reward in parity_reward(completions, answer)]
+
+    trainer = make_trainer(tmp_path, tokenizer, max_steps=2, reward_funcs=doubled, **SPO)
+    with pytest.raises(ValueError, match="advantage_baseline='spo' counts each reward as a share of a success .* "
+                                         "rewards must lie in \\[0, 1\\]; a rollout's weighted reward is 2.0"):
+        trainer.train()
+
+
+def test_spos_baseline_inside_groups_and_its_sampling_under_another_allocator(tmp_path, tokenizer):
+    # The ablations: SPO's baseline with GRPO's groups of 4 (no prompt sampling), and SPO's sampling under Knapsack RL
+    # with GRPO's baseline.
+    trainer = make_trainer(tmp_path / "baseline", tokenizer, max_steps=3, advantage_baseline="spo",
+                           budget_allocator="uniform", spo_rho=0.5)
+    recorder = RowRecorder(trainer)
+    trainer.train()
+    assert trainer.prompt_sampler is None
+    expected, _ = replayed_advantages(recorder, 0.5)
+    for (plan, advantages, _), hand in zip(recorder.steps, expected):
+        assert (plan.counts == 4).all()
+        np.testing.assert_allclose(advantages.numpy(), hand, rtol=1e-5, atol=1e-6)
+    sampled = make_trainer(tmp_path / "sampled", tokenizer, max_steps=3, prompt_sampling="spo",
+                           prompt_sampling_pool=4, dataset=make_dataset(8))
+    sampled.train()
+    assert sampled.advantage_baseline == "group" and sampled.prompt_sampler.stream.drawn == 3
+
+
+def test_an_spo_run_resumes_exactly(tmp_path, tokenizer):
+    from datasets import concatenate_datasets
+
+    # A constant learning rate: the part run's schedule (built for 2 steps) then matches the full run's, so the resumed
+    # policy is the uninterrupted one bit for bit, and so are the KL-adaptive log-probabilities it keeps.
+    options = dict(dataset=concatenate_datasets([make_dataset(3)] * 2), save_strategy="steps", save_steps=2,
+                   prompt_sampling_pool=4, lr_scheduler_type="constant", learning_rate=1e-2, **SPO)
+    full = make_trainer(tmp_path / "full", tokenizer, max_steps=4, **options)
+    full.train()
+    make_trainer(tmp_path / "part", tokenizer, max_steps=2, **options).train()
+    assert {"budget_spo_state.json", "budget_prompt_sampler.json"} <= {p.name for p in
+                                                                       (tmp_path / "part" / "checkpoint-2").iterdir()}
+    resumed = make_trainer(tmp_path / "part", tokenizer, max_steps=4, **options)
+    resumed.train(resume_from_checkpoint=str(tmp_path / "part" / "checkpoint-2"))
+    assert resumed.spo.state_dict() == full.spo.state_dict()
+    assert resumed.prompt_sampler.state_dict() == full.prompt_sampler.state_dict()
+    assert resumed.tracker.state_dict() == full.tracker.state_dict()
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [({"spo_rho": "0.9"}, "^spo_rho=0.9 is read only by SPO's tracker"),
+     ({"spo_rollouts_per_prompt": 2}, "^spo_rollouts_per_prompt=2 is read only under budget_allocator='spo'"),
+     ({"budget_allocator": "spo", "min_generations": 1}, "^min_generations=1 is never read under "
+                                                          "budget_allocator='spo'"),
+     ({"budget_allocator": "spo", "spo_offline_n": 4}, "^spo_offline_n=4 is read only with offline scores"),
+     ({"prompt_sampling_pool": 4}, "^prompt_sampling_pool=4 is read only with prompt sampling"),
+     ({"prompt_sampling": "thompson"}, "^prompt_sampling='thompson' is not a rule"),
+     ({"budget_allocator": "spo", "spo_rho": "fast"}, "^spo_rho must be 'kl'"),
+     ({"budget_allocator": "spo", "spo_rho_clip_lower": 1.0}, "^spo_rho_clip_lower must be a number in"),
+     ({"budget_allocator": "spo", "spo_offline_values": "a.json", "spo_offline_column": "s"}, "both give SPO's"),
+     ({"budget_allocator": "spo", "spo_rollouts_per_prompt": 3}, "does not divide generation_batch_size=8"),
+     ({"advantage_baseline": "spo", "multi_objective_aggregation": "normalize_then_sum"}, "'spo' compares each"),
+     ({"budget_allocator": "uniform", "budget_dynamic_sampling": True, "prompt_sampling": "spo"},
+      "cannot choose them too")],
+)
+def test_spo_settings_that_cannot_work_are_refused(tmp_path, overrides, message):
+    from helpers import config_kwargs
+
+    kwargs = config_kwargs(tmp_path, **{"max_generations": 128, **overrides})
+    with pytest.raises(ValueError, match=message):
+        BudgetGRPOConfig(**kwargs)
+
+
+def test_a_pool_larger_than_the_data_is_refused(tmp_path, tokenizer):
+    with pytest.raises(ValueError, match="prompt_sampling_pool=9 candidates per generation batch, but the training "
+                                         "dataset has 6 prompts"):
+        make_trainer(tmp_path, tokenizer, prompt_sampling_pool=9, model="not-loaded", **SPO)
+
+
+def test_prompts_keyed_by_text_need_text_or_an_id(tmp_path, tokenizer):
+    dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": [{"type": "text", "text": "1+1="}]}],
+                                  "answer": "2"}] * 4)
+    path = tmp_path / "offline.json"
+    path.write_text("{}")
+    with pytest.raises(ValueError, match="keys prompts by their text, but a training prompt is"):
+        make_trainer(tmp_path, tokenizer, spo_offline_values=str(path), dataset=dataset, model="not-loaded", **SPO)

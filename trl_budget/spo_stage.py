@@ -1,0 +1,249 @@
+"""SPO's stage of the batch (`advantage_baseline="spo"`): the baseline from each prompt's Beta before this batch, the
+advantages normalized over the batch, and the tracker's update once the policy has trained on the batch.
+
+The release updates its tracker after the actor's update, with rho from the drift between the prompt's last response's
+log-probabilities then and under the updated policy. The trainer's updates for a generation batch end where the next
+batch begins, so the batch's rows wait here (`record`) and are settled when the next batch starts (`settle`), under
+the policy that trained on them: the release's timing. Their wait is saved with a checkpoint, so a resumed run
+settles them as an uninterrupted one would.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from .prompts import keys_of
+from .spo import SPOTracker, forgetting_factor, response_drift, spo_advantages, spo_prior
+
+__all__ = ["SPOStage", "SPO_STATE_NAME", "offline_priors", "offline_text"]
+
+SPO_STATE_NAME = "budget_spo_state.json"
+_QUANTILES = (10, 30, 50, 70, 90)
+
+# `log_probs_of(prompts, completions)`: the current policy's log-probability of each completion's tokens (one array
+# per completion), given token ids.
+LogProbsOf = Callable[[list[list[int]], list[list[int]]], list[np.ndarray]]
+
+
+class SPOStage:
+    """The SPO tracker in the batch's flow: p before the batch, advantages, and the batch's rows waiting to update it.
+
+    Args:
+        tracker: the `SPOTracker` (its priors set).
+        normalize: normalize the advantages over the batch (the release's); False: r - p as it is
+            (`scale_rewards="none"`).
+    """
+
+    def __init__(self, tracker: SPOTracker, normalize: bool = True):
+        self.tracker, self.normalize = tracker, normalize
+        self.pending: dict[str, Any] | None = None  # the last batch's rows, not yet in the tracker
+
+    @classmethod
+    def for_run(cls, args, dataset) -> "SPOStage":
+        """The stage of a run: its config's tracker, each training prompt's prior from its offline scores (when the
+        config names them), normalized unless `scale_rewards="none"`."""
+        tracker = args.make_spo_tracker()
+        if args.spo_offline_values is not None or args.spo_offline_column is not None:
+            tracker.set_priors(*offline_priors(args, dataset))
+        return cls(tracker, normalize=args.scale_rewards != "none")
+
+    def advantages(self, keys: list[str], counts: np.ndarray, rewards: torch.Tensor,
+                   metrics: dict[str, list[float]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The trained rows' advantages (`counts[i]` rows of prompt `keys[i]`, consecutive, weighted `rewards` in plan
+        order) against each prompt's p from before this batch, normalized over the batch; with `is_std_zero` per row,
+        as GRPO reports it: whether the row's group (its prompt's rows of the batch) has rewards without spread."""
+        row_keys = np.repeat(np.asarray(keys, dtype=object), counts)
+        values = rewards.detach().to(torch.float64).cpu().numpy()
+        check_rewards_in_unit_interval(values)
+        alpha, beta = self.tracker.beta_parameters(row_keys)
+        p_hats = alpha / (alpha + beta)
+        advantages = spo_advantages(values, p_hats, self.normalize)
+        scored = ~np.isnan(values)
+        record_batch_metrics(metrics, values[scored], alpha[scored], beta[scored], p_hats[scored], advantages[scored])
+        return (torch.as_tensor(advantages, device=rewards.device).to(rewards.dtype),
+                torch.as_tensor(np.repeat(groups_without_spread(values, counts), counts), device=rewards.device))
+
+    def record(self, keys: list[str], counts: np.ndarray, rewards: torch.Tensor,
+               responses: dict[str, tuple[list[int], list[int]]]) -> None:
+        """Keep the batch's trained rows (weighted `rewards` in plan order) and, KL-adaptive, the last row's prompt and
+        completion ids of each prompt, until `settle`."""
+        self.pending = {"keys": [str(key) for key in np.repeat(np.asarray(keys, dtype=object), counts)],
+                        "rewards": [float(value) for value in rewards.detach().to(torch.float64).cpu().tolist()],
+                        "responses": {key: {"prompt_ids": list(map(int, prompt)),
+                                            "completion_ids": list(map(int, completion))}
+                                      for key, (prompt, completion) in responses.items()}}
+
+    def settle(self, log_probs_of: LogProbsOf, metrics: dict[str, list[float]]) -> None:
+        """Update the tracker with the waiting rows: rho constant, or from each prompt's drift under the policy now
+        (its response kept from its previous visit scored again; a first visit has none: D = 0), then keep each
+        prompt's new response with its log-probabilities now. Two forward passes over the batch's prompts with
+        KL-adaptive rho, none with a constant."""
+        if self.pending is None:
+            return
+        keys, rewards = self.pending["keys"], np.asarray(self.pending["rewards"], dtype=np.float64)
+        if not self.tracker.kl_adaptive:
+            self.tracker.update(keys, rewards, self.tracker.rho)
+            metrics["spo/rho"].append(float(self.tracker.rho))
+            metrics["spo/D"].append(0.0)
+        else:
+            self._settle_kl_adaptive(keys, rewards, log_probs_of, metrics)
+        visits = np.array([self.tracker.visits.get(key, 0) for key in dict.fromkeys(keys)], dtype=np.float64)
+        for name, value in (("min", visits.min()), ("max", visits.max()), ("mean", visits.mean())):
+            metrics[f"spo/cur_sampled_number/{name}"].append(float(value))
+        self.pending = None
+
+    def _settle_kl_adaptive(self, keys: list[str], rewards: np.ndarray, log_probs_of: LogProbsOf,
+                            metrics: dict[str, list[float]]) -> None:
+        new = self.pending["responses"]
+        seen = [key for key in new if key in self.tracker.responses]
+        kept = [self.tracker.responses[key] for key in seen]
+        fresh = [new[key] for key in new]
+        log_probs = log_probs_of([r["prompt_ids"] for r in kept + fresh], [r["completion_ids"] for r in kept + fresh])
+        drift = dict.fromkeys(new, 0.0)  # a first visit: no earlier response, D = 0
+        for key, response, now in zip(seen, kept, log_probs[: len(kept)]):
+            drift[key] = float(response_drift(np.asarray(response["log_probs"])[None], now[None],
+                                              np.ones((1, len(now))))[0])
+        rho, raw = forgetting_factor(np.array([drift[key] for key in keys]), self.tracker.clip_lower)
+        self.tracker.update(keys, rewards, rho)
+        for key, response, now in zip(new, fresh, log_probs[len(kept):]):
+            self.tracker.responses[key] = {**response, "log_probs": [float(value) for value in now]}
+        first = np.array([key not in seen for key in keys])
+        metrics["spo/rho"].append(float(raw.mean()))
+        metrics["spo/rho_clipped"].append(float(rho.mean()))
+        metrics["spo/rho_clip_ratio"].append(float((rho != raw).mean()))
+        metrics["spo/D"].append(float(np.mean([drift[key] for key in keys])))
+        metrics["spo/first_sampled_ratio"].append(float(first.mean()))
+        metrics["spo/forward_passes_rows"].append(float(len(kept) + len(fresh)))
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"tracker": self.tracker.state_dict(), "pending": self.pending}
+
+    def load_state_dict(self, state: dict[str, Any], path: str = "the SPO state") -> None:
+        """Restore `state_dict()`'s state; a `ValueError` names the file, what is wrong and the remedy."""
+        try:
+            if not isinstance(state, dict) or "tracker" not in state:
+                raise ValueError("it must hold 'tracker' and 'pending'")
+            pending = state.get("pending")
+            if pending is not None and not (
+                    isinstance(pending, dict) and isinstance(pending.get("keys"), list)
+                    and isinstance(pending.get("rewards"), list) and len(pending["keys"]) == len(pending["rewards"])
+                    and isinstance(pending.get("responses"), dict)):
+                raise ValueError("its 'pending' rows must hold as many keys as rewards, and their responses")
+            self.tracker.load_state_dict(state["tracker"])
+        except ValueError as error:
+            raise ValueError(f"{path} cannot be restored: {error}. Resume from an earlier checkpoint with the "
+                             "settings it names, or delete the file to start SPO's tracker again from every "
+                             "prompt's prior.") from error
+        self.pending = pending
+
+
+def check_rewards_in_unit_interval(rewards: np.ndarray) -> None:
+    """SPO's Beta counts successes: alpha grows by r and beta by 1 - r, so a reward outside [0, 1] would make one of
+    them negative and p leave [0, 1]. The release trains 0/1 rewards; partial credit in between counts as a fraction."""
+    scored = rewards[~np.isnan(rewards)]
+    outside = scored[(scored < 0) | (scored > 1)]
+    if outside.size:
+        raise ValueError(
+            f"advantage_baseline='spo' counts each reward as a share of a success (alpha grows by r, beta by 1 - r), "
+            f"so rewards must lie in [0, 1]; a rollout's weighted reward is {float(outside[0])!r}. Scale the reward "
+            "functions (or reward_weights) into [0, 1], or choose another advantage_baseline."
+        )
+
+
+def groups_without_spread(rewards: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Per group of `counts[i]` consecutive rewards: whether its scored rewards all agree (a group of one does)."""
+    starts = np.cumsum(counts) - counts
+    agree = []
+    for start, count in zip(starts, counts):
+        scored = rewards[start : start + count]
+        scored = scored[~np.isnan(scored)]
+        agree.append(scored.size < 2 or bool(scored.min() == scored.max()))
+    return np.array(agree, dtype=bool)
+
+
+def record_batch_metrics(metrics: dict[str, list[float]], rewards: np.ndarray, alpha: np.ndarray, beta: np.ndarray,
+                         p_hats: np.ndarray, advantages: np.ndarray) -> None:
+    """The release's per-batch figures (means over the batch's scored rows, before the update)."""
+    if not rewards.size:
+        return
+    for name, values in (("reward", rewards), ("alpha", alpha), ("beta", beta), ("Neff", alpha + beta),
+                         ("p_hats", p_hats), ("adv_before_norm", rewards - p_hats)):
+        metrics[f"spo/{name}"].append(float(values.mean()))
+    for quantile, value in zip(_QUANTILES, np.percentile(advantages, _QUANTILES)):
+        metrics[f"spo/adv_after_norm/p{quantile}"].append(float(value))
+
+
+def offline_text(row: dict[str, Any], id_column: str | None) -> str:
+    """What names a row's prompt in an offline-values file: its `id_column` value, or its text as the release keys
+    it (a plain prompt stripped; a conversation's first message's content stripped)."""
+    if id_column is not None:
+        return str(row[id_column])
+    prompt = row.get("prompt")
+    if isinstance(prompt, list) and prompt and isinstance(prompt[0], dict):
+        prompt = prompt[0].get("content")
+    if not isinstance(prompt, str):
+        raise ValueError(
+            f"spo_offline_values keys prompts by their text, but a training prompt is {prompt!r}, not text. Set "
+            "prompt_id_column and key the file by its values, or give the scores in a column (spo_offline_column)."
+        )
+    return prompt.strip()
+
+
+def offline_priors(args, dataset) -> tuple[list[str], list[tuple[float, float]]]:
+    """Each training prompt's key and Beta prior from its offline scores (`spo_offline_values` or
+    `spo_offline_column`), or a `ValueError` naming a file it cannot read, an entry that is no list of scores, or a
+    prompt without scores (the release gives such a prompt no chance of being drawn, and fails if one is trained;
+    here the run is refused before it starts)."""
+    if dataset is None or not (hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")):
+        raise ValueError(f"SPO's offline scores are matched to the training prompts before training, which needs a "
+                         f"map-style training dataset; got {type(dataset).__name__}. Load it without streaming=True, "
+                         "or train without offline scores (Beta(0.5, 0.5) for every prompt).")
+    rows = [dataset[index] for index in range(len(dataset))]
+    keys = keys_of(rows, args.prompt_id_column)
+    if args.spo_offline_column is not None:
+        found = [row.get(args.spo_offline_column) for row in rows]
+        where = f"column {args.spo_offline_column!r} (spo_offline_column)"
+    else:
+        scores_of = _read_offline_values(args.spo_offline_values)
+        found = [scores_of.get(offline_text(row, args.prompt_id_column)) for row in rows]
+        where = f"{args.spo_offline_values} (spo_offline_values)"
+    missing = [row for row, scores in zip(rows, found) if scores is None]
+    if missing:
+        raise ValueError(
+            f"{len(missing)} of the {len(rows)} training prompts have no offline scores in {where}, the first: "
+            f"{offline_text(missing[0], args.prompt_id_column)!r}. SPO's prior needs every prompt's scores (its "
+            "release never draws a prompt without them). Add their scores, remove those prompts, or train without "
+            "offline scores (every prompt at Beta(0.5, 0.5))."
+        )
+    for row, scores in zip(rows, found):
+        _check_scores(scores, f"the scores of {offline_text(row, args.prompt_id_column)!r} in {where}")
+    rng = np.random.default_rng(args.seed)  # the release samples its sub-sets unseeded; seeded, a run repeats
+    return keys, [spo_prior(scores, args.spo_offline_n, args.spo_rho_clip_lower, rng) for scores in found]
+
+
+def _read_offline_values(path: str) -> dict[str, list]:
+    import json
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            values = json.load(f)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"spo_offline_values={path!r} cannot be read ({type(error).__name__}: {error}). Give a JSON "
+                         'file of each prompt\'s scores by the initial policy, {"prompt text": [1, 0, ...]}.') from error
+    if not isinstance(values, dict):
+        raise ValueError(f"spo_offline_values={path!r} holds a {type(values).__name__}; it must be a JSON object of "
+                         'each prompt\'s scores, {"prompt text": [1, 0, ...]}.')
+    return values
+
+
+def _check_scores(scores: Any, what: str) -> None:
+    if not (isinstance(scores, (list, tuple)) and all(
+            isinstance(score, (int, float)) and not isinstance(score, bool) and math.isfinite(score)
+            for score in scores)):
+        raise ValueError(f"{what} are {scores!r}; they must be a list of finite numbers (a score of each sampled "
+                         "response; above 0 counts as a success).")
