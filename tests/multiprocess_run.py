@@ -18,6 +18,8 @@
     multiprocess_run.py OUTPUT_DIR uniform-trl        # uniform, and GRPOTrainer itself (grpo-trl), on the same run
     multiprocess_run.py OUTPUT_DIR uniform-dynamic    # dynamic sampling over 12 prompts, no cap on generation batches
     multiprocess_run.py OUTPUT_DIR dynamic-cap        # dynamic sampling where every rollout earns 1: the cap is reached
+    multiprocess_run.py OUTPUT_DIR spo                # SPO: one rollout a prompt, drawn by its weights, KL-adaptive rho
+    multiprocess_run.py OUTPUT_DIR spo-rank-seed      # the same, each rank given its own `seed` (its rank)
 """
 
 import json
@@ -58,6 +60,8 @@ class RecordingTrainer(BudgetGRPOTrainer):
             "prompts": [row["prompt"] if isinstance(row["prompt"], str) else row["prompt"][-1]["content"]
                         for row in plan.prompts],
             "my_rows": rows_as_text(output, self.processing_class),
+            # SPO's estimates the batch was trained against: its rows wait, so the tracker has not moved yet.
+            "spo_p_hats": [] if self.spo is None else self.spo.tracker.p_hats(plan.keys).tolist(),
         })
         return output
 
@@ -171,6 +175,8 @@ def main(output_dir: str, mode: str):
     if mode.endswith("-dynamic"):
         beyond = dict(budget_dynamic_sampling=True, budget_dynamic_sampling_max_gen_batches=0,
                       dataset=make_dataset(12))
+    if mode.startswith("spo"):  # 8 prompts a batch drawn from 6, so prompts come back within the run
+        beyond = dict(max_generations=128, learning_rate=1e-2)
     if mode == "dynamic-cap":
         allocator, beyond = "uniform", dict(budget_dynamic_sampling=True, budget_dynamic_sampling_max_gen_batches=2)
     scored, reward_funcs = ScoredRows(), None
@@ -228,6 +234,7 @@ def main(output_dir: str, mode: str):
             "world_size": trainer.accelerator.num_processes,
             "batches": trainer.seen,
             "tracker": trainer.tracker.state_dict(),
+            "spo": None if trainer.spo is None else trainer.spo.state_dict(),
             "losses": [entry["loss"] for entry in trainer.state.log_history if "loss" in entry],
             "scored": getattr(scored, "scored", getattr(scored, "calls", [])),
             "format_scored": formatted.scored if allocator == "reinforce_ada" else [],

@@ -239,6 +239,23 @@ def test_two_processes_draw_and_keep_the_same_prompts_under_dynamic_sampling(tmp
     assert any(len(batch["round_rows"]) > 1 for batch in first["batches"])  # some batches drew a second time
 
 
+@pytest.mark.parametrize("mode", ["spo", "spo-rank-seed"])
+def test_two_processes_draw_the_same_prompts_and_keep_the_same_spo_tracker(tmp_path, mode):
+    # One rollout a prompt, 8 drawn a batch by SPO's weights from 6 prompts, KL-adaptive rho (forward passes dealt
+    # over both ranks): both ranks draw the same prompts, whatever seed each was given, end with the same tracker and
+    # kept responses, and train each row against the estimate from before its batch, normalized over both ranks' rows.
+    from trl_budget.spo import spo_advantages
+
+    first, second = ranks_agree_and_rows_show_their_prompts(tmp_path, mode)
+    assert first["spo"] == second["spo"] and len(first["spo"]["tracker"]["responses"]) > 0
+    assert max(first["spo"]["tracker"]["visits"].values()) > 1  # prompts came back
+    for step, batch in enumerate(first["batches"]):
+        assert batch["counts"] == [1] * 8 and batch["spo_p_hats"] == second["batches"][step]["spo_p_hats"]
+        expected = spo_advantages(np.array(batch["trained_rewards"]), np.array(batch["spo_p_hats"]))
+        for rank in (batch, second["batches"][step]):
+            np.testing.assert_allclose(rank["my_advantages"], expected[rank["my_slots"]], rtol=1e-5, atol=1e-6)
+
+
 def test_reaching_dynamic_samplings_cap_stops_every_process_with_the_same_error(tmp_path):
     result = launch(tmp_path, "dynamic-cap")
     assert result.returncode == 0, result.stderr[-4000:]
