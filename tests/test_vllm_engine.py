@@ -281,6 +281,28 @@ def test_server_mode_dynamic_sampling_sends_a_request_per_generation_batch_and_t
         assert not misplaced, f"trained rows credited to another prompt (credited, shown, completion): {misplaced}"
 
 
+def test_server_mode_spo_draws_one_rollout_of_each_prompt_in_one_request_and_keeps_its_response(
+        tmp_path, copy_model, vllm_server, cpu_weight_sync, requests_sent):
+    # SPO as released: 8 prompts a batch drawn by its weights from 10, one rollout each (one request, n = 1 a row),
+    # KL-adaptive rho from forward passes over the engine's completions under the trained policy.
+    rows = Rows()
+    trainer = server_trainer(tmp_path, copy_model, vllm_server, rows, prompts=10, max_steps=4,
+                             budget_allocator="spo", max_generations=128)
+    trainer.train()
+    plans = PlanRecorder.plans
+    assert requests_sent == [(8, 1)] * 4
+    assert_rows_follow_the_plan(rows, plans, trainer.processing_class)
+    for plan, output in plans:
+        assert plan.counts.tolist() == [1] * 8 and output["completion_ids"].shape[0] == 8
+    tracker = trainer.spo.tracker
+    assert sum(tracker.visits.values()) == 24  # three batches settled; the fourth's rows wait for the next batch
+    for key, response in tracker.responses.items():  # each kept response is one the engine wrote for its prompt
+        prompt = trainer.processing_class.decode(response["prompt_ids"], skip_special_tokens=True)
+        completion = trainer.processing_class.decode(response["completion_ids"], skip_special_tokens=True)
+        assert belongs_to_its_prompt(prompt, completion) and len(response["log_probs"]) == len(
+            response["completion_ids"])
+
+
 def test_server_mode_runs_each_rollouts_tool_loop_for_its_own_prompt(tmp_path, tool_model, tool_server,
                                                                       cpu_weight_sync):
     from test_tools import ToolReward
