@@ -193,7 +193,11 @@ def test_an_spo_run_resumes_exactly(tmp_path, tokenizer):
      ({"prompt_sampling": "thompson"}, "^prompt_sampling='thompson' is not a rule"),
      ({"budget_allocator": "spo", "spo_rho": "fast"}, "^spo_rho must be 'kl'"),
      ({"budget_allocator": "spo", "spo_rho_clip_lower": 1.0}, "^spo_rho_clip_lower must be a number in"),
-     ({"budget_allocator": "spo", "spo_offline_values": "a.json", "spo_offline_column": "s"}, "both give SPO's"),
+     ({"budget_allocator": "spo", "spo_offline_values": "a.json", "spo_offline_column": "s"},
+      "spo_offline_values='a.json' and spo_offline_column='s' all give SPO's offline scores; set one of them"),
+     ({"budget_allocator": "spo", "spo_offline_sampling": True, "spo_offline_n": 0},
+      "^spo_offline_sampling=True samples spo_offline_n rollouts of every prompt, but spo_offline_n=0"),
+     ({"spo_offline_sampling": True}, "^spo_offline_sampling=True is read only by SPO's tracker"),
      ({"budget_allocator": "spo", "spo_rollouts_per_prompt": 3}, "does not divide generation_batch_size=8"),
      ({"advantage_baseline": "spo", "multi_objective_aggregation": "normalize_then_sum"}, "'spo' compares each"),
      ({"budget_allocator": "uniform", "budget_dynamic_sampling": True, "prompt_sampling": "spo"},
@@ -220,3 +224,38 @@ def test_prompts_keyed_by_text_need_text_or_an_id(tmp_path, tokenizer):
     path.write_text("{}")
     with pytest.raises(ValueError, match="keys prompts by their text, but a training prompt is"):
         make_trainer(tmp_path, tokenizer, spo_offline_values=str(path), dataset=dataset, model="not-loaded", **SPO)
+
+
+class RecordedReward:
+    """The parity reward, keeping every (prompt, reward) it scored, in order."""
+
+    __name__ = "parity_reward"
+
+    def __init__(self):
+        self.scored = []
+
+    def __call__(self, prompts, completions, answer, **kwargs):
+        rewards = parity_reward(completions, answer)
+        self.scored += list(zip(prompts, rewards))
+        return rewards
+
+
+def test_the_prior_sampled_by_the_run_itself_before_its_first_batch(tmp_path, tokenizer):
+    # 6 prompts x 4 rollouts before the first batch (3 generation batches of 8), each prompt's prior from its own 4
+    # rewards; TRL's logs of them are taken back out, so the first step logs its own batch alone.
+    reward, dataset = RecordedReward(), make_dataset(6)
+    trainer = make_trainer(tmp_path, tokenizer, max_steps=1, reward_funcs=reward, spo_offline_sampling=True,
+                           spo_offline_n=4, dataset=dataset, **SPO)
+    trainer.train()
+    prior, batch = reward.scored[:24], reward.scored[24:]
+    assert len(batch) == 8
+    tracker = trainer.spo.tracker
+    assert tracker.default_prior is None and len(tracker.alpha) == len(set(dataset["prompt"]))
+    for text in dataset["prompt"]:
+        successes = sum(r > 0 for p, r in prior if p == text)
+        assert sum(p == text for p, _ in prior) == 4 * dataset["prompt"].count(text)
+        expected = spo_prior([1] * successes + [0] * (4 - successes), 4, 0.875, np.random.default_rng(0))
+        assert (tracker.alpha[prompt_key(text)], tracker.beta[prompt_key(text)]) == pytest.approx(expected) or \
+            dataset["prompt"].count(text) > 1
+    first = trainer.state.log_history[0]
+    assert first["spo/prior_rollouts"] == 24 and first["reward"] == pytest.approx(np.mean([r for _, r in batch]))

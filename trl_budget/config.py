@@ -246,6 +246,11 @@ class BudgetGRPOConfig(GRPOConfig):
             Beta(0.5, 0.5), as the release with `offline_N = 0`.
         spo_offline_column (`str` or `None`, *optional*, defaults to `None`):
             A dataset column holding each prompt's list of offline scores, instead of `spo_offline_values`.
+        spo_offline_sampling (`bool`, *optional*, defaults to `False`):
+            Sample SPO's prior in the run itself: before the first batch, `spo_offline_n` rollouts of every training
+            prompt, generated and scored as the run's rollouts are (the release samples its offline values in a
+            separate validation run). A reward above 0 counts as a success. Logged: `spo/prior_rollouts` and
+            `spo/prior_seconds`.
         spo_offline_n (`int`, *optional*, defaults to `8`):
             Offline scores per prompt the prior counts (the release's `offline_N`): more are sub-sampled, fewer count
             the missing ones as failures (the release's formula). 0: Beta(0.5, 0.5) for every prompt.
@@ -495,6 +500,12 @@ class BudgetGRPOConfig(GRPOConfig):
         metadata={"help": "SPO's prior from a dataset column holding each prompt's list of offline scores, instead "
                   "of spo_offline_values."},
     )
+    spo_offline_sampling: bool = field(
+        default=False,
+        metadata={"help": "SPO's prior sampled by the run itself: before the first batch, spo_offline_n rollouts of "
+                  "every training prompt with the run's generation settings and rewards (a reward above 0 counts "
+                  "as a success, as the release binarizes its offline scores); their cost is logged."},
+    )
     spo_offline_n: int = field(
         default=8,
         metadata={"help": "Offline scores per prompt SPO's prior counts (the release's offline_N): more are "
@@ -628,13 +639,14 @@ class BudgetGRPOConfig(GRPOConfig):
         if "spo_rollouts_per_prompt" in changed and self.budget_allocator != "spo":
             refuse("spo_rollouts_per_prompt", "under budget_allocator='spo'")
         tracker_settings = ("spo_rho", "spo_rho_clip_lower", "spo_offline_values", "spo_offline_column",
-                            "spo_offline_n")
+                            "spo_offline_sampling", "spo_offline_n")
         for name in tracker_settings:
             if name in changed and not self.uses_spo_tracker():
                 refuse(name, "by SPO's tracker (advantage_baseline='spo', prompt_sampling='spo' or "
                              "budget_allocator='spo')")
-        if "spo_offline_n" in changed and self.spo_offline_values is None and self.spo_offline_column is None:
-            refuse("spo_offline_n", "with offline scores (spo_offline_values or spo_offline_column)")
+        if "spo_offline_n" in changed and not self.has_spo_offline_scores():
+            refuse("spo_offline_n", "with offline scores (spo_offline_values, spo_offline_column or "
+                                    "spo_offline_sampling)")
         if "prompt_sampling_pool" in changed and self.resolved_prompt_sampling() is None:
             refuse("prompt_sampling_pool", "with prompt sampling (prompt_sampling='spo')")
 
@@ -746,11 +758,15 @@ class BudgetGRPOConfig(GRPOConfig):
         self.spo_rho = _parsed_rho(self.spo_rho)
         for name in ("spo_offline_values", "spo_offline_column"):
             check_optional_name(name, getattr(self, name), "a path" if name.endswith("values") else "a column")
-        if self.spo_offline_values is not None and self.spo_offline_column is not None:
-            raise ValueError(
-                f"spo_offline_values={self.spo_offline_values!r} and spo_offline_column={self.spo_offline_column!r} "
-                "both give SPO's offline scores; set one of them."
-            )
+        sources = [f"{name}={getattr(self, name)!r}" for name in ("spo_offline_values", "spo_offline_column",
+                                                                  "spo_offline_sampling")
+                   if getattr(self, name) not in (None, False)]
+        if len(sources) > 1:
+            raise ValueError(f"{' and '.join(sources)} all give SPO's offline scores; set one of them.")
+        if self.spo_offline_sampling and self.spo_offline_n == 0:
+            raise ValueError("spo_offline_sampling=True samples spo_offline_n rollouts of every prompt, but "
+                             "spo_offline_n=0 asks for none (and a prior of Beta(0.5, 0.5)). Raise spo_offline_n, or "
+                             "set spo_offline_sampling=False.")
         self.make_spo_tracker()
         if self.budget_allocator == "spo" and self.generation_batch_size % self.spo_rollouts_per_prompt:
             raise ValueError(
@@ -758,6 +774,11 @@ class BudgetGRPOConfig(GRPOConfig):
                 f"rollouts, which does not divide generation_batch_size={self.generation_batch_size}. Choose a "
                 "divisor of it."
             )
+
+    def has_spo_offline_scores(self) -> bool:
+        """Whether SPO's prior comes from offline scores: a file, a column, or the run's own pre-pass."""
+        return (self.spo_offline_values is not None or self.spo_offline_column is not None
+                or bool(self.spo_offline_sampling))
 
     def make_spo_tracker(self):
         """SPO's tracker with this config's forgetting (its priors are set by the trainer, from the data)."""

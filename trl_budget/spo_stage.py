@@ -42,6 +42,7 @@ class SPOStage:
     def __init__(self, tracker: SPOTracker, normalize: bool = True):
         self.tracker, self.normalize = tracker, normalize
         self.pending: dict[str, Any] | None = None  # the last batch's rows, not yet in the tracker
+        self.prior_to_sample = False  # the run samples the priors before its first batch
 
     @classmethod
     def for_run(cls, args, dataset) -> "SPOStage":
@@ -50,7 +51,22 @@ class SPOStage:
         tracker = args.make_spo_tracker()
         if args.spo_offline_values is not None or args.spo_offline_column is not None:
             tracker.set_priors(*offline_priors(args, dataset))
-        return cls(tracker, normalize=args.scale_rewards != "none")
+        stage = cls(tracker, normalize=args.scale_rewards != "none")
+        stage.prior_to_sample = bool(args.spo_offline_sampling)
+        return stage
+
+    def set_sampled_priors(self, keys: list[str], rewards: np.ndarray, offline_n: int, seed: int) -> None:
+        """Each prompt's prior from the pre-pass's rewards: `keys` and `rewards` of every rollout (NaN: unscored,
+        left out), scored as the release scores its offline values (above 0 a success)."""
+        scores: dict[str, list[float]] = {}
+        for key, reward in zip(keys, np.asarray(rewards, dtype=np.float64).tolist()):
+            scores.setdefault(key, [])
+            if reward == reward:
+                scores[key].append(reward)
+        rng = np.random.default_rng(seed)
+        self.tracker.set_priors(list(scores), [spo_prior(values, offline_n, self.tracker.clip_lower, rng)
+                                               for values in scores.values()])
+        self.prior_to_sample = False
 
     def advantages(self, keys: list[str], counts: np.ndarray, rewards: torch.Tensor,
                    metrics: dict[str, list[float]]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -135,6 +151,7 @@ class SPOStage:
                     and isinstance(pending.get("responses"), dict)):
                 raise ValueError("its 'pending' rows must hold as many keys as rewards, and their responses")
             self.tracker.load_state_dict(state["tracker"])
+            self.prior_to_sample = self.prior_to_sample and self.tracker.default_prior is not None
         except ValueError as error:
             raise ValueError(f"{path} cannot be restored: {error}. Resume from an earlier checkpoint with the "
                              "settings it names, or delete the file to start SPO's tracker again from every "

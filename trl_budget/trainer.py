@@ -33,7 +33,7 @@ from .allocators.token_cap import TokenCappedAllocator
 from .allocators.uniform import UniformAllocator
 from .checkpoint import restore_budget_state, resume_point, save_budget_state
 from .config import BudgetGRPOConfig
-from .dynamic_sampling import STREAM_STATE_NAME, DynamicSampling, PromptStream
+from .dynamic_sampling import STREAM_STATE_NAME, DynamicSampling, PromptStream, training_rows
 from .metrics import BudgetMetrics, relog_advantages
 from .per_prompt_engine import generate_prompt_by_prompt
 from .prior import BUDGET_COLUMN_SETTINGS, history_pass_rates
@@ -120,6 +120,8 @@ class BudgetGRPOTrainer(GRPOTrainer):
             self._logs["extra"]["prompt_rollouts"].extend([self.num_generations_eval] * rows)
             return output
         started, self._allocation_seconds = time.perf_counter(), 0.0
+        if self.spo is not None and self.spo.prior_to_sample:
+            self._sample_spo_prior()
         if self.spo is not None:  # the last batch's rows update SPO's tracker under the policy they trained
             self.spo.settle(self._policy_log_probs, self._metrics["train"])
         prompts, keys = self._batch_prompts(inputs)
@@ -351,6 +353,42 @@ class BudgetGRPOTrainer(GRPOTrainer):
         return result
 
     # --------------------------------------------------------------------------- SPO's responses and log-probs
+
+    def _sample_spo_prior(self) -> None:
+        """SPO's prior from the run itself (`spo_offline_sampling`): `spo_offline_n` rollouts of every training
+        prompt, generated and scored as the batches' are, a generation batch's worth of rows at a time (the last one
+        filled up with its own last row, whose extra rollouts are left out). What TRL logs of them is taken back out,
+        so that the first step's figures are its own; their count and time are logged."""
+        started, snapshot = time.perf_counter(), self._logged_so_far()
+        rows = list(training_rows(self))
+        keys, offline_n = keys_of(rows, self.args.prompt_id_column), self.args.spo_offline_n
+        repeated = [index for index in range(len(rows)) for _ in range(offline_n)]
+        size, processes = self.args.generation_batch_size, self.accelerator.num_processes
+        rank, rewards = self.accelerator.process_index, []
+        for start in range(0, len(repeated), size):
+            chunk = repeated[start : start + size]
+            filled = chunk + [chunk[-1]] * (size - len(chunk))
+            local = size // processes
+            mine = [rows[index] for index in filled[rank * local : (rank + 1) * local]]
+            _, gathered, _ = self._scored_rows(mine, trl_layout=False)
+            rewards.extend(self.rewards.weighted(gathered).cpu().tolist()[: len(chunk)])
+        self._restore_logged(snapshot)
+        self.spo.set_sampled_priors([keys[index] for index in repeated], np.array(rewards), offline_n,
+                                    self._layout_seed)
+        self._metrics["train"]["spo/prior_rollouts"].append(float(len(repeated)))
+        self._metrics["train"]["spo/prior_seconds"].append(time.perf_counter() - started)
+
+    def _logged_so_far(self):
+        """What TRL has logged so far (its metrics, completion logs and token count), to be put back."""
+        import copy
+
+        return copy.deepcopy(self._metrics["train"]), copy.deepcopy(self._logs), self.state.num_input_tokens_seen
+
+    def _restore_logged(self, snapshot) -> None:
+        metrics, logs, tokens = snapshot
+        self._metrics["train"].clear()
+        self._metrics["train"].update(metrics)
+        self._logs, self.state.num_input_tokens_seen = logs, tokens
 
     def _last_responses(self, keys: list[str], trained) -> dict[str, tuple[list[int], list[int]]]:
         """Each prompt's last trained row in plan order (the release keeps the last row a prompt has in a batch): its
