@@ -259,3 +259,20 @@ def test_the_prior_sampled_by_the_run_itself_before_its_first_batch(tmp_path, to
             dataset["prompt"].count(text) > 1
     first = trainer.state.log_history[0]
     assert first["spo/prior_rollouts"] == 24 and first["reward"] == pytest.approx(np.mean([r for _, r in batch]))
+
+
+def test_spo_with_a_rollout_func_credits_every_row_to_its_prompt(tmp_path, tokenizer):
+    # The rollout_func writes each completion from its own prompt's digits: a row credited to another prompt, or a
+    # kept response of another prompt (KL-adaptive rho scores them again), shows in its first two characters.
+    from test_agent import CopyingRollouts, last_digit_parity, misplaced, recording_outputs
+
+    trainer = make_trainer(tmp_path, tokenizer, reward_funcs=last_digit_parity, rollout_func=CopyingRollouts(),
+                           max_steps=4, **SPO)
+    kept = recording_outputs(trainer)
+    trainer.train()
+    assert len(kept) == 4 and all((plan.counts == 1).all() for plan, _ in kept)
+    assert not misplaced(kept, tokenizer, lambda row: row["prompt"])
+    for response in trainer.spo.tracker.responses.values():
+        prompt = tokenizer.decode(response["prompt_ids"], skip_special_tokens=True)
+        completion = tokenizer.decode(response["completion_ids"], skip_special_tokens=True)
+        assert completion[:2] == prompt[0] + prompt[2]

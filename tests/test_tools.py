@@ -73,6 +73,27 @@ def test_tool_rollouts_are_credited_to_their_prompts(tmp_path, tool_model, budge
             assert float(answer_of_row(output, row, tokenizer) == expected) == plan.rewards[slot]
 
 
+def test_spo_with_tools_runs_each_rollouts_loop_and_keeps_its_tool_turns_in_the_response(tmp_path, tool_model):
+    # One rollout a prompt, each its own tool loop; the response SPO keeps for KL-adaptive rho is the whole completion
+    # the policy trained on, tool replies included (the release keeps its whole row), for its own prompt.
+    tokenizer, reward = build_tool_tokenizer(), ToolReward()
+    trainer = make_trainer(tmp_path, tokenizer, model=AutoModelForCausalLM.from_pretrained(tool_model),
+                           reward_funcs=reward, tools=[add], dataset=tool_dataset(), max_steps=3,
+                           per_device_train_batch_size=16, max_completion_length=128, budget_allocator="spo",
+                           max_generations=128)
+    kept = recording_outputs(trainer)
+    trainer.train()
+    assert all((plan.counts == 1).all() and len(plan.counts) == 16 for plan, _ in kept)
+    assert all(reply == str(sum(arguments)) for _, arguments, reply in reward.calls)
+    assert not misplaced(kept, tokenizer, lambda row: row["prompt"][-1]["content"])
+    for response in trainer.spo.tracker.responses.values():
+        prompt = tokenizer.decode(response["prompt_ids"], skip_special_tokens=True)
+        completion = tokenizer.decode(response["completion_ids"], skip_special_tokens=False)
+        assert len(response["log_probs"]) == len(response["completion_ids"]) and "<tool_call>" in completion
+        digits = prompt.split("user")[-1].strip()[:3]
+        assert digits[0] in completion and digits[2] in completion
+
+
 def test_uniform_with_tools_is_grpo_trainer(tmp_path, tool_model):
     common = config_kwargs(tmp_path / "grpo", max_steps=3, max_completion_length=128)
     for key in ("min_generations", "max_generations"):
