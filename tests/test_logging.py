@@ -97,6 +97,26 @@ def test_histograms_in_wandb_and_tensorboard(logged_run):
 
 
 
+def test_spos_estimates_and_figures_are_logged_with_the_rest(tmp_path, tokenizer, monkeypatch):
+    # SPO's p of each trained prompt before its batch: a histogram per logging step, in W&B and TensorBoard; the
+    # release's figures (spo/*) and the sampling's shares beside TRL's.
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    monkeypatch.setenv("TENSORBOARD_LOGGING_DIR", str(tmp_path / "tb"))
+    trainer = make_trainer(tmp_path / "out", tokenizer, max_steps=STEPS, report_to=["tensorboard"],
+                           budget_allocator="spo", max_generations=128)
+    trainer.train()
+    events = EventAccumulator(str(tmp_path / "tb"), size_guidance={"histograms": 0})
+    events.Reload()
+    steps = events.Histograms("train/budget/spo_p_hats")
+    assert [event.step for event in steps] == list(range(1, STEPS + 1))
+    logs = [entry for entry in trainer.state.log_history if "spo/p_hats" in entry]
+    for event, entry in zip(steps, logs):
+        assert event.histogram_value.num == 8 and event.histogram_value.sum == pytest.approx(8 * entry["spo/p_hats"])
+    assert all(any(name.startswith("prompt_sampling/selected_share/") for name in entry) for entry in logs)
+    assert sum("spo/rho_clipped" in entry for entry in logs) == STEPS - 1  # every settle of an earlier batch
+
+
 @pytest.mark.parametrize("rule", [{"budget_allocator": "knapsack"}, {"budget_allocator": "uniform"},
                                   {"budget_round_generations": 2},
                                   {"budget_allocator": "reinforce_ada", "reinforce_ada_samples_per_round": 4}])

@@ -87,6 +87,10 @@ class BudgetMetrics:
             self.metrics["budget/varied_prompts"].append(float(rule.varied_prompts))
             self.metrics["budget/data_passes"].append(float(prompt_stream.passes))
 
+    def record_spo_estimates(self, p_hats: np.ndarray) -> None:
+        """SPO's estimates of the batch's prompts, before the batch: their histogram at the next logging step."""
+        self.history.setdefault("spo_p_hats", []).extend(np.asarray(p_hats, dtype=np.float64).tolist())
+
     @staticmethod
     def log_prompt_rollouts(extra_columns, generated_counts: np.ndarray, generated_slot_order: np.ndarray) -> None:
         """Add to TRL's completions table (`extra_columns`: its `_logs["extra"]`) each generated row's
@@ -111,7 +115,7 @@ class BudgetMetrics:
     def log_histograms(self, report_to: list[str], callbacks, step: int) -> None:
         """Send the histories since the last logging step to W&B and TensorBoard (main process), then start anew."""
         histories = {f"train/budget/{name}": np.asarray(values) for name, values in self.history.items() if values}
-        self.history = {"rollouts_per_prompt": [], "pass_rates": []}
+        self.history = {name: [] for name in self.history}
         if not histories or not self.is_main_process:
             return
         if "wandb" in report_to:

@@ -154,6 +154,7 @@ class BudgetGRPOTrainer(GRPOTrainer):
                 torch.as_tensor(trained.my_slots, device=advantages.device)]
 
         if self.spo is not None:
+            self.budget_metrics.record_spo_estimates(self.spo.tracker.p_hats(keys))
             self.spo.record(keys, trained.counts, rewards,
                             self._last_responses(keys, trained) if self.spo.tracker.kl_adaptive else {})
         # The tracker learns from every rollout generated, trained or not.
