@@ -57,15 +57,20 @@ def check_before_building(args: BudgetGRPOConfig, allocator, tracker, train_data
         check_prompt_sampling(train_dataset, args)
 
 
-def check_prompt_sampling(dataset, args: BudgetGRPOConfig) -> None:
-    """Prompt sampling draws its candidates from the training data by index, pools no larger than the data."""
+def refuse_unindexable(dataset, who: str, other_fix: str = "") -> None:
+    """A stage that reads training rows by index (`who` does) needs a map-style dataset."""
     if dataset is None or isinstance(dataset, dict) or not hasattr(dataset, "__getitem__") or not hasattr(
             dataset, "__len__"):
         raise ValueError(
-            f"prompt_sampling={args.resolved_prompt_sampling()!r} draws each batch's prompts from the training data "
-            f"by index, but the training dataset is a {type(dataset).__name__}, which cannot be indexed. Pass a "
-            "map-style dataset (e.g. datasets.Dataset, or load it without streaming=True)."
+            f"{who} from the training data by index, in TRL's sampler's order, but the training dataset is a "
+            f"{type(dataset).__name__}, which cannot be indexed. Pass a map-style dataset (e.g. datasets.Dataset, or "
+            f"load it without streaming=True){other_fix}."
         )
+
+
+def check_prompt_sampling(dataset, args: BudgetGRPOConfig) -> None:
+    """Prompt sampling draws its candidates from the training data by index, pools no larger than the data."""
+    refuse_unindexable(dataset, f"prompt_sampling={args.resolved_prompt_sampling()!r} draws each batch's prompts")
     if args.prompt_sampling_pool is not None and args.prompt_sampling_pool > len(dataset):
         raise ValueError(
             f"prompt_sampling_pool={args.prompt_sampling_pool} candidates per generation batch, but the training "
@@ -104,14 +109,8 @@ def check_dynamic_sampling(allocator, dataset, prompts_per_generation_batch: int
             f"uniform allocator only; the trainer was given {allocator!r}. Drop the allocator argument (with "
             "budget_allocator='uniform'), or set budget_dynamic_sampling=False."
         )
-    if dataset is None or isinstance(dataset, dict) or not hasattr(dataset, "__getitem__") or not hasattr(
-            dataset, "__len__"):
-        raise ValueError(
-            f"budget_dynamic_sampling=True draws its prompts from the training data by index, in TRL's sampler's "
-            f"order, but the training dataset is a {type(dataset).__name__}, which cannot be indexed. Pass a "
-            "map-style dataset (e.g. datasets.Dataset, or load it without streaming=True), or set "
-            "budget_dynamic_sampling=False."
-        )
+    refuse_unindexable(dataset, "budget_dynamic_sampling=True draws its prompts",
+                       ", or set budget_dynamic_sampling=False")
     refuse_short_dataset(len(dataset), prompts_per_generation_batch)
 
 

@@ -216,10 +216,10 @@ def offline_priors(args, dataset) -> tuple[list[str], list[tuple[float, float]]]
     `spo_offline_column`), or a `ValueError` naming a file it cannot read, an entry that is no list of scores, or a
     prompt without scores (the release gives such a prompt no chance of being drawn, and fails if one is trained;
     here the run is refused before it starts)."""
-    if dataset is None or not (hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")):
-        raise ValueError(f"SPO's offline scores are matched to the training prompts before training, which needs a "
-                         f"map-style training dataset; got {type(dataset).__name__}. Load it without streaming=True, "
-                         "or train without offline scores (Beta(0.5, 0.5) for every prompt).")
+    from .setup_checks import refuse_unindexable
+
+    refuse_unindexable(dataset, "SPO's offline scores are matched to every prompt before training, read",
+                       ", or train without offline scores (Beta(0.5, 0.5) for every prompt)")
     rows = [dataset[index] for index in range(len(dataset))]
     keys = keys_of(rows, args.prompt_id_column)
     if args.spo_offline_column is not None:
