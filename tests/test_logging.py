@@ -149,3 +149,19 @@ def test_an_evaluation_keeps_the_completions_table_aligned(tmp_path, tokenizer):
                            eval_steps=2, eval_dataset=make_dataset(4, seed=1), per_device_eval_batch_size=8)
     trainer.train()
     assert len(trainer._logs["extra"]["prompt_rollouts"]) == len(trainer._logs["prompt"])
+
+
+@pytest.mark.parametrize("rule, said", [
+    ({}, "allocation by KnapsackAllocator(.*) \\(budget_allocator='knapsack'\\), in one shot; prompts in TRL's "
+         "sampler's order; advantage baseline 'group'"),
+    ({"budget_allocator": "spo", "max_generations": 128}, "SPOAllocator.*prompts drawn by SPO's weights; advantage "
+                                                           "baseline 'spo'"),
+    ({"budget_probe_generations": 2, "advantage_baseline": "history"}, "with a probe stage; .* baseline 'history'")])
+def test_training_starts_with_a_line_naming_the_rule_in_effect(tmp_path, tokenizer, caplog, rule, said):
+    import logging
+
+    trainer = make_trainer(tmp_path, tokenizer, max_steps=1, **rule)
+    with caplog.at_level(logging.INFO, logger="trl_budget.trainer"):
+        trainer.train()
+    lines = [record.getMessage() for record in caplog.records if record.getMessage().startswith("Rollout budget:")]
+    assert len(lines) == 1 and __import__("re").search(said, lines[0]), lines

@@ -143,3 +143,14 @@ def relog_advantages(logged: list, generated_counts: np.ndarray, generated_slot_
     for _ in range(min(by_row.numel(), len(logged))):
         logged.pop()
     logged.extend(by_row.tolist())
+
+
+def rule_in_effect(args, allocator, baseline: str) -> str:
+    """One line naming the run's rule: its allocation, how its batches are generated, its prompts, its baseline."""
+    stages = [name for name, on in (("a probe stage", args.budget_probe_generations),
+                                    ("rounds until mixed", args.budget_round_generations),
+                                    ("dynamic sampling", args.budget_dynamic_sampling)) if on]
+    prompts = ("drawn by SPO's weights" if args.resolved_prompt_sampling() == "spo" else "in TRL's sampler's order")
+    return (f"Rollout budget: allocation by {allocator!r} (budget_allocator={args.budget_allocator!r})"
+            f"{', with ' + ' and '.join(stages) if stages else ', in one shot'}; prompts {prompts}; advantage "
+            f"baseline {baseline!r}.")

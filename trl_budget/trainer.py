@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from accelerate.utils import broadcast_object_list, gather_object
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+from transformers.utils import logging
 from trl import GRPOConfig, GRPOTrainer
 from trl.models.utils import disable_gradient_checkpointing
 from trl.trainer.utils import pad
@@ -34,7 +35,7 @@ from .allocators.uniform import UniformAllocator
 from .checkpoint import restore_budget_state, resume_point, save_budget_state
 from .config import BudgetGRPOConfig
 from .dynamic_sampling import STREAM_STATE_NAME, DynamicSampling, PromptStream, training_rows
-from .metrics import BudgetMetrics, relog_advantages
+from .metrics import BudgetMetrics, relog_advantages, rule_in_effect
 from .per_prompt_engine import generate_prompt_by_prompt
 from .prior import BUDGET_COLUMN_SETTINGS, history_pass_rates
 from .probe import fresh_pass_rates
@@ -47,6 +48,8 @@ from .rounds import GeneratedRounds
 from .setup_checks import check_before_building, check_prompt_id_column, refuse_images_in_rounds
 from .spo_stage import SPO_STATE_NAME, SPOStage
 from .tracker import CapabilityTracker
+
+logger = logging.get_logger(__name__)
 
 __all__ = ["BudgetGRPOTrainer", "TokenCappedAllocator", "check_prompt_id_column", "grouped_advantages",
            "reward_func_name", "success_reward_index"]
@@ -452,6 +455,8 @@ class BudgetGRPOTrainer(GRPOTrainer):
     def train(self, resume_from_checkpoint=None, trial=None, **kwargs):
         if resume_from_checkpoint is True:  # the newest *complete* checkpoint, where the Trainer takes the newest
             resume_from_checkpoint = resume_point(self.args.output_dir)
+        if self.accelerator.is_main_process:  # beside the Trainer's own start-up lines
+            logger.info(rule_in_effect(self.args, self.allocator, self.advantage_baseline))
         return super().train(resume_from_checkpoint=resume_from_checkpoint, trial=trial, **kwargs)
 
     def _save_checkpoint(self, model, trial):
