@@ -1,5 +1,5 @@
 """`trl-budget` command line: `trl-budget demo` runs the built-in demo; `trl-budget grpo` runs a training recipe under
-`accelerate`, as `trl grpo` does."""
+`accelerate`, as `trl grpo` does; `trl-budget report` says where a run's rollouts went, prompt by prompt."""
 
 from __future__ import annotations
 
@@ -119,7 +119,52 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(subparser=demo)  # whose usage line a usage error prints
     commands.add_parser("grpo", add_help=False, help="TRL's own GRPO script with BudgetGRPOTrainer, under accelerate, "
                         "as `trl grpo`: every recipe and flag of `trl grpo`, plus the budget settings")
+    add_report_parser(commands)
     return parser
+
+
+def add_report_parser(commands) -> None:
+    report = commands.add_parser(
+        "report",
+        help="where a run's rollouts went: each prompt's pass rate and rollouts over its checkpoints",
+        description="Read the tracker state saved in every checkpoint-N of a training run's output folder (and SPO's "
+        "state, and the logged budget/* figures) and report each prompt's pass rate and rollouts over time and the "
+        "shares of solved (pass rate 1 at its latest visits), hopeless (0), learning (in between) and unseen (no "
+        "estimate yet) prompts. Prints the table and writes OUTPUT_DIR/report/: shares.csv, prompts.csv, "
+        "prompts_by_checkpoint.csv, report.json and report.png. Works on a finished or a running run.",
+    )
+    report.add_argument("output_dir", type=Path, metavar="OUTPUT_DIR", help="the run's output_dir (its checkpoints)")
+    report.add_argument("--prompts", type=Path, default=None, metavar="FILE",
+                        help="a JSON list or JSONL file of the training prompts (or rows holding them under "
+                        "'prompt'), to show prompt texts in place of their keys, which are digests of the content")
+    report.add_argument("--top", type=_positive, default=20, metavar="N",
+                        help="prompts printed, those with the most rollouts (default: 20; the files hold all)")
+    report.add_argument("--no-plot", action="store_true", help="write the tables without report.png (no matplotlib)")
+    report.set_defaults(subparser=report)
+
+
+def make_report(options: argparse.Namespace) -> int:
+    """Build the report (a usage error names what is wrong with the folder or the prompts file), print it, write its
+    files."""
+    from .run_report import MATPLOTLIB_MISSING, build_report, format_report, read_prompts_file, write_report
+
+    error = options.subparser.error
+    if not options.no_plot:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            error(MATPLOTLIB_MISSING)
+    try:
+        texts = read_prompts_file(options.prompts) if options.prompts is not None else None
+        report = build_report(options.output_dir, texts)
+    except ValueError as problem:
+        error(str(problem))
+    _usable_folder(options.subparser, "OUTPUT_DIR", options.output_dir / "report")
+    paths = write_report(report, options.output_dir / "report", plot=not options.no_plot)
+    print(format_report(report, options.top))
+    print()
+    print(f"files:   {', '.join(str(path) for path in paths.values())}")
+    return 0
 
 
 def demo_baseline(options: argparse.Namespace) -> str | None:
@@ -466,4 +511,6 @@ def main(argv: list[str] | None = None) -> int:
             print("trl-budget demo draws its report with matplotlib: pip install 'trl_budget[demo]'", file=sys.stderr)
             return 2
         run_demo(options)
+    if options.command == "report":
+        return make_report(options)
     return 0
