@@ -198,6 +198,9 @@ def test_an_spo_run_resumes_exactly(tmp_path, tokenizer):
      ({"budget_allocator": "spo", "spo_offline_sampling": True, "spo_offline_n": 0},
       "^spo_offline_sampling=True samples spo_offline_n rollouts of every prompt, but spo_offline_n=0"),
      ({"spo_offline_sampling": True}, "^spo_offline_sampling=True is read only by SPO's tracker"),
+     ({"budget_allocator": "spo", "advantage_baseline": "group"}, "with spo_rollouts_per_prompt=1 trains one "
+                                                                  "rollout a prompt, and advantage_baseline='group'"),
+     ({"budget_allocator": "spo", "advantage_baseline": "all_rollouts"}, "every advantage would be 0"),
      ({"budget_allocator": "spo", "spo_rollouts_per_prompt": 3}, "does not divide generation_batch_size=8"),
      ({"advantage_baseline": "spo", "multi_objective_aggregation": "normalize_then_sum"}, "'spo' compares each"),
      ({"budget_allocator": "uniform", "budget_dynamic_sampling": True, "prompt_sampling": "spo"},
@@ -276,3 +279,13 @@ def test_spo_with_a_rollout_func_credits_every_row_to_its_prompt(tmp_path, token
         prompt = tokenizer.decode(response["prompt_ids"], skip_special_tokens=True)
         completion = tokenizer.decode(response["completion_ids"], skip_special_tokens=True)
         assert completion[:2] == prompt[0] + prompt[2]
+
+
+def test_one_rollout_a_prompt_trains_against_the_history_baseline_too(tmp_path, tokenizer):
+    # The fix the refusal of a group baseline names: the prompt's earlier visits give the lone rollout its baseline.
+    trainer = make_trainer(tmp_path, tokenizer, max_steps=4, advantage_baseline="history", dataset=make_dataset(4),
+                           **SPO)
+    recorder = RowRecorder(trainer)
+    trainer.train()
+    assert all((plan.counts == 1).all() for plan, _, _ in recorder.steps)
+    assert any((advantages != 0).any() for _, advantages, _ in recorder.steps[1:])

@@ -768,6 +768,15 @@ class BudgetGRPOConfig(GRPOConfig):
                              "spo_offline_n=0 asks for none (and a prior of Beta(0.5, 0.5)). Raise spo_offline_n, or "
                              "set spo_offline_sampling=False.")
         self.make_spo_tracker()
+        baseline = self.resolved_advantage_baseline()
+        if self.budget_allocator == "spo" and self.spo_rollouts_per_prompt == 1 and baseline in ("group",
+                                                                                               "all_rollouts"):
+            raise ValueError(
+                f"budget_allocator='spo' with spo_rollouts_per_prompt=1 trains one rollout a prompt, and "
+                f"advantage_baseline={baseline!r} compares each rollout with its prompt's other rollouts of the batch: "
+                "there are none, so every advantage would be 0. Use advantage_baseline='spo' (SPO's) or 'history' "
+                "(the prompt's earlier visits), or raise spo_rollouts_per_prompt."
+            )
         if self.budget_allocator == "spo" and self.generation_batch_size % self.spo_rollouts_per_prompt:
             raise ValueError(
                 f"budget_allocator='spo' gives every prompt spo_rollouts_per_prompt={self.spo_rollouts_per_prompt} "
