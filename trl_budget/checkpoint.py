@@ -18,7 +18,7 @@ logger = logging.getLogger(__name__)
 
 TRACKER_STATE_NAME = "budget_tracker_state.json"
 TRAINER_STATE_NAME = "trainer_state.json"  # transformers.trainer.TRAINER_STATE_NAME, without importing transformers
-_CHECKPOINT = re.compile(r"checkpoint-(\d+)")  # the Trainer's folder names (PREFIX_CHECKPOINT_DIR-step)
+CHECKPOINT_FOLDER = re.compile(r"checkpoint-(\d+)")  # the Trainer's folder names (PREFIX_CHECKPOINT_DIR-step)
 
 _REMEDY = (
     "Resume from an earlier checkpoint, restore the file from a copy, or delete it to resume with every prompt unseen "
@@ -71,7 +71,7 @@ def latest_complete_checkpoint(output_dir: str | os.PathLike) -> tuple[str | Non
     half-way leaves a folder without it: empty, or holding only the tracker's file or its temporary file.
     """
     folders = sorted((int(match.group(1)), name) for name in _listed(output_dir)
-                     if (match := _CHECKPOINT.fullmatch(name)) and os.path.isdir(os.path.join(output_dir, name)))
+                     if (match := CHECKPOINT_FOLDER.fullmatch(name)) and os.path.isdir(os.path.join(output_dir, name)))
     incomplete = []
     for _, name in reversed(folders):
         folder = os.path.join(output_dir, name)

@@ -24,7 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from .checkpoint import _CHECKPOINT as CHECKPOINT_FOLDER
+from .checkpoint import CHECKPOINT_FOLDER
+from .spo import SPO_STATE_NAME
 from .checkpoint import TRACKER_STATE_NAME, TRAINER_STATE_NAME, latest_complete_checkpoint
 from .prompts import keys_of
 from .spo import SPOTracker
@@ -37,7 +38,6 @@ __all__ = ["BudgetReportCallback", "DEFINITIONS", "RunReport", "build_report", "
 logger = logging.getLogger(__name__)
 
 # The file SPOStage saves SPO's tracker in (trl_budget.spo_stage.SPO_STATE_NAME, whose module loads torch).
-SPO_STATE_NAME = "budget_spo_state.json"
 REPORT_FOLDER = "report"
 SOLVED, HOPELESS, LEARNING, UNSEEN = "solved", "hopeless", "learning", "unseen"
 STATUSES = (SOLVED, LEARNING, HOPELESS, UNSEEN)

@@ -37,6 +37,7 @@ DRIFT_HALF_LIFE = 0.06  # the drift D at which a prompt's evidence halves (the r
 RHO_MAX = 0.96  # the release's upper clip on the forgetting factor: evidence always fades
 NORMALIZATION_EPSILON = 1e-8  # added to the batch's standard deviation, as the release adds it
 _STATE_VERSION = 1
+SPO_STATE_NAME = "budget_spo_state.json"  # SPO's stage in a checkpoint (spo_stage.SPOStage)
 
 
 def check_clip_lower(clip_lower: Any) -> None:

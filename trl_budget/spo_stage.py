@@ -18,11 +18,10 @@ import numpy as np
 import torch
 
 from .prompts import keys_of
-from .spo import SPOTracker, forgetting_factor, response_drift, spo_advantages, spo_prior
+from .spo import SPO_STATE_NAME, SPOTracker, forgetting_factor, response_drift, spo_advantages, spo_prior
 
 __all__ = ["SPOStage", "SPO_STATE_NAME", "offline_priors", "offline_text"]
 
-SPO_STATE_NAME = "budget_spo_state.json"
 _QUANTILES = (10, 30, 50, 70, 90)
 
 # `log_probs_of(prompts, completions)`: the current policy's log-probability of each completion's tokens (one array
