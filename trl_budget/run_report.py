@@ -37,7 +37,6 @@ __all__ = ["BudgetReportCallback", "DEFINITIONS", "RunReport", "build_report", "
 
 logger = logging.getLogger(__name__)
 
-# The file SPOStage saves SPO's tracker in (trl_budget.spo_stage.SPO_STATE_NAME, whose module loads torch).
 REPORT_FOLDER = "report"
 SOLVED, HOPELESS, LEARNING, UNSEEN = "solved", "hopeless", "learning", "unseen"
 STATUSES = (SOLVED, LEARNING, HOPELESS, UNSEEN)
