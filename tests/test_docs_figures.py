@@ -1,0 +1,481 @@
+"""The figures the README and the docs state about the studies, read back from the stored results they come from.
+
+Each test formats the figures from `benchmarks/results/*.json` (and the stored runs) and finds them in the page's
+text; on the README's results and on the decision page (`docs/choosing.md`), every figure left once those are taken
+out fails the test, so a figure without a stored result behind it cannot be stated there.
+"""
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from trl_budget.demo.report import comparison_cells
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+FIGURE = re.compile(r"\d\.\d|\d%|\d×")  # a decimal, a share or a ratio: what a stated result looks like
+
+
+def read(name: str) -> dict:
+    return json.loads((RESULTS / name).read_text())
+
+
+def page(path: str) -> str:
+    return " ".join((ROOT / path).read_text().split())
+
+
+SECOND, THIRD, FOURTH = read("compare_allocators.json"), read("rounds_study.json"), read("fourth_study.json")
+ENGINE = {name: read(f"{name}.json")["modes"]["colocate"]["arms"]
+          for name in ("rounds_engine_cost-real", "rounds_engine_cost-real-more")}
+
+
+def fourth(name: str) -> dict:
+    """A comparison of the fourth study by its name: a primary or a secondary."""
+    tests = {**FOURTH["primary"], **{n: t for family in FOURTH["secondary"].values() for n, t in family.items()}}
+    return tests[name]
+
+
+def second(variant: str) -> dict:
+    return SECOND["primary"] if variant == "knapsack" else SECOND["variants"][variant]["vs_uniform"]
+
+
+def third(arm: str) -> dict:
+    return THIRD["primary"] if arm == "rounds-uniform" else THIRD["arms"][arm]["vs_uniform_n8"]
+
+
+def minus(text: str) -> str:
+    return text.replace("-", "−")
+
+
+def points(value: float) -> str:
+    return minus(f"{value * 100:+.2f}")
+
+
+def interval(test: dict) -> str:
+    """'+0.58 [+0.21, +0.94]': the difference in points with its 95% interval."""
+    return minus(comparison_cells(test)["diff"])
+
+
+def shown(test: dict) -> str:
+    """The difference as the summary tables show it: bold when significant after Holm within its study's family."""
+    return f"**{interval(test)}**" if test.get("holm", {}).get("significant") else interval(test)
+
+
+def holm_p(test: dict) -> str:
+    p = test["holm"]["p_holm"]
+    return f"{p:.3f}" if p >= 0.001 else "< 0.001"
+
+
+def exact_p(test: dict) -> str:
+    return f"= {test['p']:.3f}" if test["p"] >= 0.001 else "< 0.001"
+
+
+def upper(test: dict) -> str:
+    return f"{test['ci95'][1] * 100:.2f}"
+
+
+def percent(share: float) -> str:
+    return f"{share:.0%}"
+
+
+def cost_curve(regime: str, measure: str, arm: str) -> str:
+    row = FOURTH["against_cost_curve"][regime][measure][arm]
+    return interval({"diff": row["difference"], "ci95": row["ci95"]})
+
+
+def arm(regime: str, label: str) -> dict:
+    return FOURTH["arms"][regime][label]
+
+
+def measured(label: str) -> dict:
+    """An arm of the engine benchmark at synthetic lengths (uniform n = 8 is in both runs, at 1)."""
+    return {**ENGINE["rounds_engine_cost-real-more"], **ENGINE["rounds_engine_cost-real"]}[label]
+
+
+def engine(label: str) -> str:
+    return f"engine time {measured(label)['engine_ratio_to_uniform_n8_median']:.2f}× measured"
+
+
+def engine_at(label: str) -> str:
+    return f"{engine(label)} at {measured(label)['rounds_per_batch']:.1f} requests"
+
+
+def rounds(regime: str, label: str) -> str:
+    return f"{arm(regime, label)['rounds']:.1f}"
+
+
+def waste(regime: str) -> float:
+    return 1 - arm(regime, "uniform-n8")["nonzero_advantage_share"]
+
+
+def assert_stated_and_nothing_else(text: str, expected: list[str], allowed: tuple[str, ...] = ()):
+    """Every expected string is in the text, and once they (and the allowed phrases, which state no result) are taken
+    out no figure is left."""
+    missing = [figure for figure in expected if figure not in text]
+    assert not missing, missing
+    for figure in sorted(set(expected) | set(allowed), key=len, reverse=True):
+        text = text.replace(figure, " ")
+    left = FIGURE.search(text)
+    assert not left, f"a figure without a stored result: ...{text[max(0, left.start() - 80):left.start() + 80]}..."
+
+
+def table_rows(text: str) -> dict[str, str]:
+    """A page's table rows by their first cell."""
+    return {line.split("|")[1].strip(): line for line in text.splitlines() if line.startswith("| ")}
+
+
+def row(rows: dict[str, str], start: str) -> str:
+    (found,) = [line for first, line in rows.items() if first.startswith(start)]
+    return found
+
+
+# The decision page: one row per rule, each figure with its interval and study.
+
+def decision_rows() -> dict[str, list[str]]:
+    a, s = "arithmetic", "sorting"
+    window = {regime: fourth(f"{regime}: uniform-n8-history - uniform-n8-history-short") for regime in (a, s)}
+    baseline = fourth("arithmetic: reinforce-ada-positive - reinforce-ada-positive-group")
+    stopped = arm(s, "dynamic-sampling")["stopped"]
+    return {
+        "history baseline on uniform GRPO": [
+            f"{shown(fourth('arithmetic: uniform-n8-history - uniform-n8'))} (fourth, primary)",
+            f"{shown(fourth('sorting: uniform-n8-history - uniform-n8'))} (fourth, primary)"],
+        "history baseline on Knapsack RL's allocation": [
+            f"{shown(fourth('arithmetic: knapsack-history - knapsack'))} (fourth; Holm p "
+            f"{holm_p(fourth('arithmetic: knapsack-history - knapsack'))})",
+            f"{shown(fourth('sorting: knapsack-history - knapsack'))} (fourth)"],
+        "history window": [
+            f"{shown(window[a])} (fourth)", f"{shown(window[s])} (fourth)",
+            f"not ruled out up to {upper(window[a])} and {upper(window[s])} point"],
+        "Knapsack RL": [
+            f"{interval(second('knapsack'))} (second, primary)",
+            f"{shown(third('knapsack'))} (third; Holm p {holm_p(third('knapsack'))})",
+            f"{shown(fourth('arithmetic: knapsack - uniform-n8'))} (fourth)",
+            f"{shown(fourth('sorting: knapsack - uniform-n8'))} (fourth, primary)"],
+        "CoBA-RL": [f"{shown(second('coba'))} (second)", f"{shown(third('coba'))} (third)",
+                    f"{shown(fourth('sorting: coba - uniform-n8'))} (fourth)"],
+        "Reinforce-Ada positive-focused": [
+            f"{shown(third('reinforce-ada-positive'))} (third)",
+            f"{shown(fourth('arithmetic: reinforce-ada-positive - uniform-n8'))} (fourth)",
+            f"{shown(fourth('sorting: reinforce-ada-positive - uniform-n8'))} (fourth)",
+            f"{rounds(a, 'reinforce-ada-positive')} requests (sorting: {rounds(s, 'reinforce-ada-positive')})",
+            engine_at("reinforce-ada-positive"),
+            f"no gain: {cost_curve(a, 'engine_ratio', 'reinforce-ada-positive')} and "
+            f"{cost_curve(s, 'engine_ratio', 'reinforce-ada-positive')}"],
+        "Reinforce-Ada's own baseline": [
+            f"{shown(baseline)} (fourth, primary): Holm p {holm_p(baseline)}, not significant",
+            f"{shown(fourth('sorting: reinforce-ada-positive - reinforce-ada-positive-group'))} (fourth)"],
+        "DAPO's dynamic sampling": [
+            f"{shown(fourth('arithmetic: dynamic-sampling - uniform-n8'))} (fourth)",
+            f"as many generated rollouts {cost_curve(a, 'generated_rollouts', 'dynamic-sampling')}",
+            f"on all {len(stopped)} seeds: unfinished",
+            f"{rounds(a, 'dynamic-sampling')} requests; {engine('dynamic-sampling')}"],
+        "rounds until mixed": [
+            f"{interval(third('rounds-uniform'))} (third, primary)",
+            f"{THIRD['arms']['rounds-uniform']['rounds']:.1f} requests; {engine_at('rounds-uniform')}"],
+        "the options beyond both papers": [
+            "; ".join(shown(second(variant)) for variant in ("knapsack-column-prior", "knapsack-group-prior",
+                                                              "knapsack-token-cap", "knapsack-prompt-weighted"))
+            + " (second)"],
+        "*room:*": [
+            f"{interval(THIRD['primary']['room_gate'])} (third); {interval(FOURTH['room_gates'][a])} (fourth)",
+            f"{interval(FOURTH['room_gates'][s])} (fourth)", engine("uniform-n16")],
+    }
+
+
+def decision_prose() -> list[str]:
+    a, s = "arithmetic", "sorting"
+    prediction = THIRD["dose_response"]["prediction_error"]
+
+    def rms(group: str, predictor: str) -> str:
+        return f"{prediction[group][predictor]['rms_miss'] * 100:.2f}"
+
+    def bounds(predictor: str) -> str:
+        low, high = prediction["all_arms"][predictor]["ci95"]
+        return f"[{low * 100:.2f}, {high * 100:.2f}]"
+
+    ratios = [row["effective_ratio_vs_uniform"] for label, row in SECOND["variants"].items()
+              if label != "uniform" and "effective_ratio_vs_uniform" in row]
+    uniform_coverage = THIRD["arms"]["uniform-n8"]["coverage"]
+    gradient = {label: THIRD["arms"][label]["gradient_rollouts"] for label in ("knapsack", "uniform-n8")}
+    history = {regime: fourth(f"{regime}: uniform-n8-history - uniform-n8") for regime in (a, s)}
+    window = {regime: fourth(f"{regime}: uniform-n8-history - uniform-n8-history-short") for regime in (a, s)}
+    knapsack_loss = fourth("sorting: knapsack - uniform-n8")["diff"]
+    return [
+        f"leaves {percent(waste(a))} of a batch's prompts without a gradient",
+        f"where it leaves {percent(waste(s))} (the waste-heavy regime",
+        f"z = {1 - uniform_coverage:.2f} after the first epoch, a ceiling of {1 / uniform_coverage:.2f}×",
+        f"Knapsack RL reached {gradient['knapsack'] / gradient['uniform-n8']:.2f}× ({gradient['knapsack']:.0f} "
+        f"against {gradient['uniform-n8']:.0f} per batch in the third study; {min(ratios):.2f}–{max(ratios):.2f}× in "
+        "the second)",
+        f"In the third study it gains {points(THIRD['primary']['room_gate']['diff'])} points",
+        f"coverage misses by {rms('all_arms', 'coverage')} points RMS {bounds('coverage')} and rollouts with a "
+        f"gradient by {rms('all_arms', 'gradient_rollouts')} {bounds('gradient_rollouts')}",
+        f"each missing {prediction['all_arms']['coverage']['arms_missed_by_over_0_8_point']} of the 6 arms",
+        f"({rms('without_coba', 'coverage')} against {rms('without_coba', 'gradient_rollouts')} RMS; coverage misses "
+        f"less in {percent(prediction['without_coba']['coverage_misses_less_share'])} of bootstrap draws)",
+        f"gains {interval(fourth('arithmetic: reinforce-ada-positive - reinforce-ada-positive-group'))} in arithmetic "
+        f"and {interval(fourth('sorting: reinforce-ada-positive - reinforce-ada-positive-group'))} in sorting",
+        f"its allocation gains {interval(fourth('arithmetic: reinforce-ada-positive-group - uniform-n8'))} over "
+        f"uniform in arithmetic (Holm-significant) and "
+        f"{interval(fourth('sorting: reinforce-ada-positive-group - uniform-n8'))} in sorting",
+        f"({points(history[a]['diff'])} and {points(history[s]['diff'])} points, Holm-significant)",
+        f"where Knapsack RL lost {abs(knapsack_loss) * 100:.2f}",
+        f"({points(fourth('sorting: knapsack-history - knapsack')['diff'])} over Knapsack without it)",
+        f"(16 against 2 visits: {interval(window[a])} and {interval(window[s])}); the intervals cannot rule out one "
+        f"of up to {upper(window[a])} point",
+        f"(Knapsack RL {points(fourth('arithmetic: knapsack - uniform-n8')['diff'])} and {points(knapsack_loss)}, "
+        f"CoBA-RL {points(fourth('sorting: coba - uniform-n8')['diff'])}, Reinforce-Ada positive-focused "
+        f"{points(fourth('arithmetic: reinforce-ada-positive - uniform-n8')['diff'])} in arithmetic and "
+        f"{points(fourth('sorting: reinforce-ada-positive - uniform-n8')['diff'])} in sorting)",
+        f"({points(fourth('arithmetic: dynamic-sampling - uniform-n8')['diff'])} at twice the generated rollouts, "
+        f"against uniform n = 16's {points(FOURTH['room_gates'][a]['diff'])})",
+    ]
+
+
+def test_the_decision_page_states_each_rules_figures_as_recorded_in_its_row():
+    rows = table_rows((ROOT / "docs" / "choosing.md").read_text())
+    for start, figures in decision_rows().items():
+        line = row(rows, start)
+        assert_stated_and_nothing_else(line, figures)
+
+
+def test_every_figure_on_the_decision_page_comes_from_a_stored_result():
+    # The non-results it states: the releases' model sizes, and item 2's arithmetic of a ceiling and item 4's threshold.
+    allowed = ("95%", "1.5–7B", "With z below 0.2 the ceiling is 1.25×", "by more than 0.8 point")
+    text = " ".join((ROOT / "docs" / "choosing.md").read_text().split())
+    expected = [figure for figures in decision_rows().values() for figure in figures] + decision_prose()
+    assert_stated_and_nothing_else(text, expected, allowed)
+    assert "SPO (`budget_allocator=\"spo\"`) has not been measured here; a study is planned." in text
+
+
+# The README's results: the same figures, by regime.
+
+def readme_results() -> str:
+    readme = (ROOT / "README.md").read_text()
+    return readme[readme.index("What it buys so far"):readme.index("## Try it")]
+
+
+def readme_rows() -> dict[str, list[str]]:
+    a, s = "arithmetic", "sorting"
+    history = {regime: fourth(f"{regime}: uniform-n8-history - uniform-n8") for regime in (a, s)}
+    knapsack = fourth("sorting: knapsack - uniform-n8")
+    baseline = fourth("arithmetic: reinforce-ada-positive - reinforce-ada-positive-group")
+    return {
+        "**history baseline**": [f"{shown(history[a])}, exact p {exact_p(history[a])}",
+                                 f"{shown(history[s])}, exact p {exact_p(history[s])}"],
+        "Knapsack RL": [
+            f"{points(second('knapsack')['diff'])} point [{interval(second('knapsack')).split('[')[1]}, exact p "
+            f"{exact_p(second('knapsack'))}; {shown(fourth('arithmetic: knapsack - uniform-n8'))}",
+            f"{shown(knapsack)}, exact p {exact_p(knapsack)} (fourth, primary)"],
+        "Reinforce-Ada positive-focused": [
+            f"{shown(third('reinforce-ada-positive'))}; "
+            f"{shown(fourth('arithmetic: reinforce-ada-positive - uniform-n8'))}",
+            shown(fourth("sorting: reinforce-ada-positive - uniform-n8")),
+            f"{rounds(a, 'reinforce-ada-positive')} requests (sorting: {rounds(s, 'reinforce-ada-positive')})",
+            engine_at("reinforce-ada-positive")],
+        "Reinforce-Ada's baseline": [
+            f"{shown(baseline)}, exact p {exact_p(baseline)}; Holm p {holm_p(baseline)}: not significant",
+            shown(fourth("sorting: reinforce-ada-positive - reinforce-ada-positive-group"))],
+        "DAPO's dynamic sampling": [shown(fourth("arithmetic: dynamic-sampling - uniform-n8")),
+                                    f"{rounds(a, 'dynamic-sampling')} requests; {engine('dynamic-sampling')}"],
+        "rounds until mixed": [
+            f"{points(third('rounds-uniform')['diff'])} point [{interval(third('rounds-uniform')).split('[')[1]}, "
+            f"exact p {exact_p(third('rounds-uniform'))}",
+            f"{THIRD['arms']['rounds-uniform']['rounds']:.1f} requests; {engine_at('rounds-uniform')}"],
+        "CoBA-RL": [shown(third("coba")), shown(fourth("sorting: coba - uniform-n8"))],
+        "*room:*": [f"{interval(THIRD['primary']['room_gate'])}; {interval(FOURTH['room_gates'][a])}",
+                    interval(FOURTH["room_gates"][s]), engine("uniform-n16")],
+    }
+
+
+def test_the_readme_states_each_rules_figures_as_recorded_in_its_row():
+    rows = table_rows(readme_results())
+    for start, figures in readme_rows().items():
+        assert_stated_and_nothing_else(row(rows, start), figures)
+
+
+def test_every_figure_of_the_readmes_results_comes_from_a_stored_result():
+    history = fourth("sorting: uniform-n8-history - uniform-n8")
+    prose = [
+        f"(in sorting, {history['diff'] / FOURTH['room_gates']['sorting']['diff']:.0%} of what doubling the rollouts "
+        "buys)",
+        f"it turns a loss into a gain ({interval(fourth('sorting: knapsack-history - knapsack'))} in sorting)",
+        f"({percent(waste('sorting'))} of the prompts without a gradient under uniform)",
+    ]
+    expected = [figure for figures in readme_rows().values() for figure in figures] + prose
+    assert_stated_and_nothing_else(" ".join(readme_results().split()), expected, allowed=("95%", "1.5–7B"))
+
+
+# The fourth study's page: engine time, measured and modelled.
+
+def fitted(generated: float, rounds_per_batch: float) -> float:
+    model = FOURTH["engine_time_model"]
+    return (model["intercept"] + model["per_512_generated"] * generated / 512
+            + model["per_extra_round"] * (rounds_per_batch - 1))
+
+
+def test_the_fourth_study_page_gives_measured_engine_times_beside_the_modelled_ones():
+    text = (ROOT / "docs" / "studies" / "fourth.md").read_text()
+    section = text[text.index("## Engine time"):text.index("## Re-training")]
+    flat, rows = " ".join(section.split()), table_rows(section)
+    model, of_uniform = FOURTH["engine_time_model"], fitted(512, 1)
+    assert (f"{model['intercept']:.2f} + {model['per_512_generated']:.2f} × generated/512 + "
+            f"{model['per_extra_round']:.2f} × (rounds − 1)") in flat
+    assert f"divided by the fit's own value for uniform n = 8, {of_uniform:.2f}," in flat
+    assert f"every modelled ratio in the tables above is {1 - 1 / of_uniform:.0%} below the fit" in flat
+    points_fitted = {point["arm"]: point for point in model["points"]}
+    assert len(points_fitted) == 9
+    for name, arms in ENGINE.items():
+        for label, bench in arms.items():
+            point = points_fitted[f"{name}.json:{label}"]
+            generated, rounds_there = bench["generated_per_batch"], bench["rounds_per_batch"]
+            assert fitted(generated, rounds_there) == pytest.approx(point["fitted"])
+            line = [line for line in rows.values() if f"(`{name.replace('rounds_engine_cost', '')}`)" in line
+                    and f"| {rounds_there:.1f} |" in line and f"{generated:,.0f}".replace(",", " ") in line]
+            assert len(line) == 1, (name, label)
+            assert (f"| {point['measured']:.2f}× | {point['fitted'] / of_uniform:.2f}× | "
+                    f"{point['fitted']:.2f}× |") in line[0], (name, label)
+    misses = {point["arm"]: point["fitted"] - point["measured"] for point in model["points"]}
+    worst = max(misses, key=lambda name: abs(misses[name]))
+    assert f"misses its own points by up to {abs(misses[worst]):.2f}" in flat
+    assert (f"{points_fitted[worst]['fitted']:.2f} fitted, {points_fitted[worst]['measured']:.2f} measured"
+            in flat)
+    for regime in ("arithmetic", "sorting"):
+        for label, costs in FOURTH["arms"][regime].items():
+            if "engine_ratio" not in costs or costs["engine_ratio"] == 1:
+                continue
+            assert costs["engine_ratio"] == pytest.approx(
+                fitted(costs["generated_rollouts"], costs["rounds"]) / of_uniform)
+            line = rows[f"{label} (both regimes)" if label.startswith("uniform") else f"{regime}: {label}"]
+            assert (f"| {costs['rounds']:.1f} | {costs['engine_ratio']:.2f}× | "
+                    f"{fitted(costs['generated_rollouts'], costs['rounds']):.2f}× |") in line, (regime, label)
+
+
+def test_matched_engine_time_figures_do_not_depend_on_the_fits_normalization():
+    # The page says dividing every time by the fit's uniform n = 8 (or by the measured 1) cancels in the comparison.
+    from fourth_study import along
+
+    doses = np.array([fitted(512 * n / 8, 1) for n in (8, 12, 16)])
+    gains = np.array([0.0, FOURTH["arms"]["arithmetic"]["uniform-n12"]["vs_uniform_n8"]["diff"],
+                      FOURTH["room_gates"]["arithmetic"]["diff"]])
+    for cost in (fitted(512, 5.4), fitted(351, 12.2), fitted(1024, 2)):
+        assert along(cost / doses[0], doses / doses[0], gains) == pytest.approx(along(cost, doses, gains))
+
+
+# The fourth study's page: where the arms that treat unseen prompts as uniform does depart from uniform.
+
+def stored_run(regime: str, label: str, seed: int) -> dict:
+    (path,) = (RESULTS / "run_cache").glob(f"fourth-study-{regime}-{label}-{seed}-*.json")
+    return json.loads(path.read_text())["result"]
+
+
+def first_difference(ours: list, theirs: list) -> int | None:
+    return next((index for index, (a, b) in enumerate(zip(ours, theirs)) if a != b), None)
+
+
+def accuracy_at(run: dict, step: int) -> float:
+    (accuracy,) = [point["accuracy"] for point in run["curve"] if point["step"] == step]
+    return accuracy
+
+
+def test_the_fourth_study_page_says_until_when_the_stored_runs_follow_uniform():
+    low, high = FOURTH["preregistered"]["seeds"]
+    seeds = range(low, high + 1)
+    history_arms = ("uniform-n8-history", "uniform-n8-history-short", "knapsack-history")
+    arms = {"arithmetic": ("knapsack", *history_arms), "sorting": ("knapsack", "coba", *history_arms)}
+    runs = {(regime, label, seed): stored_run(regime, label, seed) for regime, labels in arms.items()
+            for label in ("uniform-n8", *labels) for seed in seeds}
+    updates_per_batch = len(runs["arithmetic", "uniform-n8", seeds[0]]["entropy"]) // len(
+        runs["arithmetic", "uniform-n8", seeds[0]]["reward"])
+    back = {first_difference(run["unseen_prompts"], [1.0] * len(run["unseen_prompts"])) for run in runs.values()}
+    assert back == {23}  # every run: batch 24 (1-based) holds the first prompt seen before
+
+    def departs(regime: str, label: str) -> list[int]:  # the first batch, 1-based, whose rewards differ from uniform's
+        return [first_difference(runs[regime, label, seed]["reward"], runs[regime, "uniform-n8", seed]["reward"]) + 1
+                for seed in seeds]
+
+    def equal_at(regime: str, label: str, step: int) -> int:
+        return sum(accuracy_at(runs[regime, label, seed], step) == accuracy_at(runs[regime, "uniform-n8", seed], step)
+                   for seed in seeds)
+
+    assert all(equal_at(regime, label, 60) == len(seeds) for regime, labels in arms.items() for label in labels)
+    assert all(min(departs(regime, "knapsack")) == 24 for regime in arms)
+    arithmetic_history = [batch for label in history_arms for batch in departs("arithmetic", label)]
+    early = {label: sum(batch < 24 for batch in departs("sorting", label)) for label in arms["sorting"][1:]}
+    first = min(batch for label in arms["sorting"][1:] for batch in departs("sorting", label))
+
+    def entropy_gap(label: str, seed: int) -> float:
+        ours, theirs = runs["sorting", label, seed]["entropy"], runs["sorting", "uniform-n8", seed]["entropy"]
+        index = first_difference(ours, theirs)
+        assert index < updates_per_batch  # within the first batch's updates
+        return abs(ours[index] - theirs[index]) / theirs[index]
+
+    gap = max(entropy_gap(label, seed) for label in arms["sorting"][1:] for seed in seeds)
+    at_120 = [equal_at("sorting", label, 120) for label in arms["sorting"][1:]]
+    at_180 = [equal_at("sorting", label, 180) for label in arms["sorting"][1:]]
+    text = page("docs/studies/fourth.md")
+    assert (f"prompts first come back in generation batch 24 (update {23 * updates_per_batch})") in text
+    assert (f"arithmetic (they depart at batches {min(arithmetic_history)} to {max(arithmetic_history)}, once "
+            "histories exist)") in text
+    assert (f"depart earlier on {min(early.values())} to {max(early.values())} of the {len(seeds)} seeds, the first "
+            f"at batch {first} (update {(first - 1) * updates_per_batch})") in text
+    assert f"by at most {int(np.ceil(gap * 1e7))} parts in 10⁷ at first" in text
+    assert (f"At update 120 their held-out accuracy is still uniform's on {min(at_120)} to {max(at_120)} of the "
+            f"{len(seeds)} seeds, at update 180 on {min(at_180)} to {max(at_180)}.") in text
+
+
+def test_the_window_comparison_states_what_its_intervals_cannot_rule_out():
+    window = {regime: fourth(f"{regime}: uniform-n8-history - uniform-n8-history-short")
+              for regime in ("arithmetic", "sorting")}
+    assert not any(test["holm"]["significant"] for test in window.values())
+    arithmetic, sorting = window["arithmetic"], window["sorting"]
+    text = page("docs/studies/fourth.md")
+    assert (f"the intervals cannot rule out a difference of up to {upper(arithmetic)} point in arithmetic and "
+            f"{upper(sorting)} in sorting for the long window, or {-arithmetic['ci95'][0] * 100:.2f} and "
+            f"{-sorting['ci95'][0] * 100:.2f} for the short one") in text
+    assert f"{interval(arithmetic)} in arithmetic (Holm p {holm_p(arithmetic)})" in text
+
+
+# Settings the pages name.
+
+def test_the_tracker_page_states_the_state_version_the_tracker_writes():
+    from trl_budget.tracker import _STATE_VERSION
+
+    assert f"state version {_STATE_VERSION} " in page("docs/tracker.md")
+
+
+def test_every_page_that_gives_a_deepspeed_command_says_to_install_deepspeed():
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    for path in pages:
+        text = path.read_text()
+        if re.search(r"--accelerate_config (zero2|zero3|multi_node)", text):
+            assert "pip install deepspeed" in text, path
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor of a heading."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def anchors(path: Path) -> set[str]:
+    text = path.read_text()
+    headings = [slug(line.lstrip("#")) for line in text.splitlines() if re.match(r"#{1,6} ", line)]
+    return set(headings) | set(re.findall(r'<a id="([^"]+)"></a>', text))
+
+
+def test_every_link_between_the_pages_reaches_its_file_and_section():
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    broken = []
+    for path in pages:
+        for target in re.findall(r"\]\(([^)\s]+)\)", path.read_text()):
+            if re.match(r"[a-z]+:", target):
+                continue
+            file, _, anchor = target.partition("#")
+            linked = (path.parent / file).resolve() if file else path
+            if not linked.exists() or (anchor and anchor not in anchors(linked)):
+                broken.append(f"{path.relative_to(ROOT)}: {target}")
+    assert not broken, broken
