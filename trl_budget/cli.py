@@ -28,7 +28,7 @@ WHAT_YOU_SEE = (
     "What you see: greedy held-out accuracy against rollouts spent for {variant} and for uniform GRPO at the same "
     "budget (left), the share of rollouts that carry a gradient (middle), and how many rollouts each prompt got "
     "(right). One seed moves a point either way; {study} of this regime answers with 20 paired seeds "
-    "(docs/benchmarks.md): {answer}"
+    "(docs/choosing.md): {answer}"
 )
 
 
