@@ -128,7 +128,7 @@ def test_the_tracker_round_trips_through_json_and_refuses_other_settings():
     restored = SPOTracker(rho="kl", clip_lower=0.875)
     restored.load_state_dict(state)
     assert restored.state_dict() == tracker.state_dict()
-    with pytest.raises(ValueError, match="saved with rho='kl' and this run's is 0.875; set it to 'kl'"):
+    with pytest.raises(ValueError, match="saved with rho='kl' and this run's is 0.875; set spo_rho='kl' to resume"):
         SPOTracker(rho=0.875).load_state_dict(state)
     for broken in ({**state, "alpha": [math.inf, 1.0]}, {**state, "keys": ["a"]},
                    {**state, "responses": {"a": {"prompt_ids": [1], "completion_ids": [2], "log_probs": []}}}):
@@ -149,3 +149,17 @@ def test_a_prompt_without_a_prior_is_refused_once_priors_are_set():
 def test_bad_settings_are_named(settings, message):
     with pytest.raises(ValueError, match=message):
         SPOTracker(**settings)
+
+
+@pytest.mark.parametrize("entry, value", [("alpha", [0.0, 0.0]), ("responses", {"a": {
+    "prompt_ids": [1], "completion_ids": [2], "log_probs": [float("nan")]}}), ("responses", {"a": {
+        "prompt_ids": [-1], "completion_ids": [2], "log_probs": [-1.0]}})])
+def test_a_state_that_would_poison_the_tracker_is_refused(entry, value):
+    # Before: alpha = beta = 0 (p is NaN) and NaN log-probabilities loaded silently, and the sampling and rho went NaN.
+    tracker = SPOTracker()
+    tracker.set_priors(["a", "b"], [(0.0, 1.0), (1.0, 1.0)])
+    state = {**tracker.state_dict(), entry: value}
+    if entry == "alpha":
+        state["beta"] = [0.0, 1.0]
+    with pytest.raises(ValueError, match="the SPO state"):
+        SPOTracker().load_state_dict(state)

@@ -289,3 +289,37 @@ def test_one_rollout_a_prompt_trains_against_the_history_baseline_too(tmp_path, 
     trainer.train()
     assert all((plan.counts == 1).all() for plan, _, _ in recorder.steps)
     assert any((advantages != 0).any() for _, advantages, _ in recorder.steps[1:])
+
+
+def test_rewards_outside_the_unit_interval_are_refused_wherever_spos_tracker_learns(tmp_path, tokenizer):
+    # Before: under SPO's prompt sampling with GRPO's baseline a reward of -1 reached the tracker unchecked: alpha or
+    # beta went negative, the sampling weights NaN, the draws silently uniform, and the checkpoint unresumable.
+    def penalty(completions, answer, **kwargs):
+        return [reward - 1.0 for reward in parity_reward(completions, answer)]
+
+    trainer = make_trainer(tmp_path, tokenizer, max_steps=2, reward_funcs=penalty, prompt_sampling="spo")
+    with pytest.raises(ValueError, match="^SPO's tracker counts each reward as a share of a success .* a rollout's "
+                                         "weighted reward is -1.0"):
+        trainer.train()
+
+
+@pytest.mark.parametrize("file, edit, message", [
+    ("budget_spo_state.json", lambda s: s["pending"]["rewards"].__setitem__(0, 7.0), "'pending' rows must hold"),
+    ("budget_spo_state.json", lambda s: s["pending"]["responses"].update(x={"prompt_ids": ["a"],
+                                                                            "completion_ids": []}),
+     "'pending' rows must hold"),
+    ("budget_prompt_sampler.json", lambda s: s["stream"].update(passes=10**30), "holds no stream position"),
+    ("budget_prompt_sampler.json", lambda s: s.update(generator={"bit_generator": "PCG64"}),
+     "holds a generator state this run cannot use"),
+])
+def test_a_checkpoint_whose_spo_files_are_broken_is_refused_naming_the_file(tmp_path, tokenizer, file, edit, message):
+    # Before: pending rewards outside [0, 1] or malformed ids loaded silently, and a stream position of 10**30 passes
+    # was replayed pass by pass for ever.
+    options = dict(dataset=make_dataset(6), save_strategy="steps", save_steps=2, **SPO)
+    make_trainer(tmp_path, tokenizer, max_steps=2, **options).train()
+    path = tmp_path / "checkpoint-2" / file
+    state = json.loads(path.read_text())
+    edit(state)
+    path.write_text(json.dumps(state))
+    with pytest.raises(ValueError, match=f"{path}.*{message}"):
+        make_trainer(tmp_path, tokenizer, max_steps=4, **options).train(resume_from_checkpoint=str(path.parent))

@@ -162,7 +162,9 @@ def saved_position(state: dict[str, Any]) -> tuple[int, int, int]:
             offset = (drawn - (passes - 1) * per_pass) * size if passes else 0
     except (KeyError, TypeError, ValueError, ZeroDivisionError) as error:
         raise ValueError(f"{type(error).__name__}: {error}") from None
-    if drawn < 0 or passes < 0 or not 0 <= offset <= rows or (passes == 0 and offset):
+    # A pass begins at a generation batch: more passes than batches drawn is no position a stream reaches (and would
+    # be replayed pass by pass).
+    if drawn < 0 or not 0 <= passes <= drawn or not 0 <= offset <= rows or (passes == 0 and offset):
         raise ValueError(f"{drawn} generation batches drawn, pass {passes} at prompt {offset} of {rows}")
     return drawn, passes, offset
 

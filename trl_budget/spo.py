@@ -199,10 +199,11 @@ class SPOTracker:
         if not isinstance(state, dict) or state.get("version") != _STATE_VERSION:
             raise ValueError(f"the SPO state has version {state.get('version') if isinstance(state, dict) else None!r}"
                              f"; this trl_budget reads version {_STATE_VERSION}.")
-        for name, mine in (("rho", self.rho), ("clip_lower", self.clip_lower)):
+        for name, setting, mine in (("rho", "spo_rho", self.rho), ("clip_lower", "spo_rho_clip_lower",
+                                                                    self.clip_lower)):
             if state.get(name) != mine:
                 raise ValueError(f"the SPO state was saved with {name}={state.get(name)!r} and this run's is "
-                                 f"{mine!r}; set it to {state.get(name)!r} to resume.")
+                                 f"{mine!r}; set {setting}={state.get(name)!r} to resume it.")
         keys, alpha, beta = state.get("keys"), state.get("alpha"), state.get("beta")
         if not (isinstance(keys, list) and isinstance(alpha, list) and isinstance(beta, list)
                 and len(keys) == len(alpha) == len(beta) and all(isinstance(k, str) for k in keys)):
@@ -211,6 +212,10 @@ class SPOTracker:
             bad = [v for v in values if not (is_finite_number(v) and v >= 0)]
             if bad:
                 raise ValueError(f"the SPO state's {name!r} holds {bad[0]!r}; each must be a finite number, 0 or more.")
+        empty = [key for key, a, b in zip(keys, alpha, beta) if a + b <= 0]
+        if empty:
+            raise ValueError(f"the SPO state gives prompt {empty[0]!r} alpha = beta = 0, which is no estimate; every "
+                             "prompt's alpha + beta must be above 0.")
         visits, responses, default = state.get("visits"), state.get("responses"), state.get("default_prior")
         if not (isinstance(visits, dict) and all(isinstance(v, int) and v >= 0 for v in visits.values())):
             raise ValueError("the SPO state's 'visits' must map keys to whole numbers of visits.")
@@ -226,6 +231,13 @@ class SPOTracker:
 
 
 def _is_response(response: Any) -> bool:
+    """A kept response: token ids (whole numbers, 0 or more) of its prompt and completion, and a finite
+    log-probability of each completion token."""
     return (isinstance(response, dict) and set(response) == {"prompt_ids", "completion_ids", "log_probs"}
-            and all(isinstance(response[name], list) for name in response)
-            and len(response["completion_ids"]) == len(response["log_probs"]))
+            and is_token_ids(response["prompt_ids"]) and is_token_ids(response["completion_ids"])
+            and isinstance(response["log_probs"], list) and len(response["completion_ids"]) == len(response["log_probs"])
+            and all(is_finite_number(value) for value in response["log_probs"]))
+
+
+def is_token_ids(ids: Any) -> bool:
+    return isinstance(ids, list) and all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids)

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from .prompts import keys_of
-from .spo import SPO_STATE_NAME, SPOTracker, forgetting_factor, response_drift, spo_advantages, spo_prior
+from .spo import SPO_STATE_NAME, SPOTracker, forgetting_factor, is_token_ids, response_drift, spo_advantages, spo_prior
 
 __all__ = ["SPOStage", "SPO_STATE_NAME", "offline_priors", "offline_text"]
 
@@ -74,7 +74,7 @@ class SPOStage:
         as GRPO reports it: whether the row's group (its prompt's rows of the batch) has rewards without spread."""
         row_keys = np.repeat(np.asarray(keys, dtype=object), counts)
         values = rewards.detach().to(torch.float64).cpu().numpy()
-        check_rewards_in_unit_interval(values)
+        check_rewards_in_unit_interval(values, "advantage_baseline='spo'")
         alpha, beta = self.tracker.beta_parameters(row_keys)
         p_hats = alpha / (alpha + beta)
         advantages = spo_advantages(values, p_hats, self.normalize)
@@ -87,6 +87,7 @@ class SPOStage:
                responses: dict[str, tuple[list[int], list[int]]]) -> None:
         """Keep the batch's trained rows (weighted `rewards` in plan order) and, KL-adaptive, the last row's prompt and
         completion ids of each prompt, until `settle`."""
+        check_rewards_in_unit_interval(rewards.detach().to(torch.float64).cpu().numpy(), "SPO's tracker")
         self.pending = {"keys": [str(key) for key in np.repeat(np.asarray(keys, dtype=object), counts)],
                         "rewards": [float(value) for value in rewards.detach().to(torch.float64).cpu().tolist()],
                         "responses": {key: {"prompt_ids": list(map(int, prompt)),
@@ -144,11 +145,9 @@ class SPOStage:
             if not isinstance(state, dict) or "tracker" not in state:
                 raise ValueError("it must hold 'tracker' and 'pending'")
             pending = state.get("pending")
-            if pending is not None and not (
-                    isinstance(pending, dict) and isinstance(pending.get("keys"), list)
-                    and isinstance(pending.get("rewards"), list) and len(pending["keys"]) == len(pending["rewards"])
-                    and isinstance(pending.get("responses"), dict)):
-                raise ValueError("its 'pending' rows must hold as many keys as rewards, and their responses")
+            if pending is not None and not _is_pending(pending):
+                raise ValueError("its 'pending' rows must hold as many keys (strings) as rewards (numbers in [0, 1], "
+                                 "or NaN for an unscored row), and each prompt's response (prompt and completion ids)")
             self.tracker.load_state_dict(state["tracker"])
             self.prior_to_sample = self.prior_to_sample and self.tracker.default_prior is not None
         except ValueError as error:
@@ -158,16 +157,31 @@ class SPOStage:
         self.pending = pending
 
 
-def check_rewards_in_unit_interval(rewards: np.ndarray) -> None:
+def _is_pending(pending: Any) -> bool:
+    """The rows waiting to settle, as `record` keeps them."""
+    if not (isinstance(pending, dict) and isinstance(pending.get("keys"), list)
+            and isinstance(pending.get("rewards"), list) and len(pending["keys"]) == len(pending["rewards"])
+            and isinstance(pending.get("responses"), dict)):
+        return False
+    rewards_fit = all(isinstance(r, (int, float)) and not isinstance(r, bool) and (r != r or 0 <= r <= 1)
+                      for r in pending["rewards"])
+    responses_fit = all(isinstance(response, dict) and set(response) == {"prompt_ids", "completion_ids"}
+                        and is_token_ids(response["prompt_ids"]) and is_token_ids(response["completion_ids"])
+                        for response in pending["responses"].values())
+    return all(isinstance(key, str) for key in pending["keys"]) and rewards_fit and responses_fit
+
+
+def check_rewards_in_unit_interval(rewards: np.ndarray, who: str) -> None:
     """SPO's Beta counts successes: alpha grows by r and beta by 1 - r, so a reward outside [0, 1] would make one of
-    them negative and p leave [0, 1]. The release trains 0/1 rewards; partial credit in between counts as a fraction."""
+    them negative and p leave [0, 1] (and the sampling weights NaN). The release trains 0/1 rewards; partial credit in
+    between counts as a fraction."""
     scored = rewards[~np.isnan(rewards)]
     outside = scored[(scored < 0) | (scored > 1)]
     if outside.size:
         raise ValueError(
-            f"advantage_baseline='spo' counts each reward as a share of a success (alpha grows by r, beta by 1 - r), "
-            f"so rewards must lie in [0, 1]; a rollout's weighted reward is {float(outside[0])!r}. Scale the reward "
-            "functions (or reward_weights) into [0, 1], or choose another advantage_baseline."
+            f"{who} counts each reward as a share of a success (alpha grows by r, beta by 1 - r), so rewards must lie "
+            f"in [0, 1]; a rollout's weighted reward is {float(outside[0])!r}. Scale the reward functions (or "
+            "reward_weights) into [0, 1], or train without SPO's baseline, prompt sampling and allocator."
         )
 
 
