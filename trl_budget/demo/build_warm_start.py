@@ -2,6 +2,7 @@
 
     python -m trl_budget.demo.build_warm_start                  # arithmetic: trl_budget/demo/warm_start/
     python -m trl_budget.demo.build_warm_start --task sorting   # trl_budget/demo/warm_start_sorting/
+    python -m trl_budget.demo.build_warm_start --task equations # trl_budget/demo/warm_start_equations/
 
 Trains the tiny model with the default `WarmStartSettings` (as `warm_start(rebuild=True)` does), copies it into the
 task's shipped folder, and writes `warm_start.json` there: the settings' fingerprint, the weights' SHA-256 (a shipped
@@ -47,7 +48,7 @@ def greedy_held_out_accuracy(model_path: Path, task: Task = ARITHMETIC) -> dict[
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--task", default=ARITHMETIC.name, help="the built-in task (arithmetic, sorting)")
+    parser.add_argument("--task", default=ARITHMETIC.name, help="the built-in task (arithmetic, sorting, equations)")
     task = task_named(parser.parse_args(argv).task)
     settings, folder = WarmStartSettings(), shipped_folder(task)
     with tempfile.TemporaryDirectory() as cache:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .task import Task
+from .task_spec import Task
 
 ALPHABET = "0123456789:"
 

@@ -1,12 +1,14 @@
 """The built-in verifiable tasks, each with difficulty levels and an exact-match reward: arithmetic (this module, the
-demo's and every study's so far) and sorting (`sorting.py`), chosen by name with `task_named`."""
+demo's and every study's so far), sorting (`sorting.py`) and equations (`equations.py`), chosen by name with
+`task_named`. What a task is (`Task`) lives in `task_spec.py`, which the task modules import instead of this one."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-
 import numpy as np
+
+from .equations import EQUATIONS
+from .sorting import SORTING
+from .task_spec import Task
 
 ALPHABET = "0123456789+*="
 
@@ -39,20 +41,6 @@ def make_problems(count: int, seed: int, levels: tuple[int, ...] | None = None) 
         answer = left + right if operator == "+" else left * right
         problems.append({"prompt": f"{left}{operator}{right}=", "answer": str(answer), "level": level})
     return problems
-
-
-@dataclass(frozen=True)
-class Task:
-    """A verifiable task: its characters, its problems by level (`make_problems(count, seed, levels)`, each
-    `{"prompt", "answer", "level"}`), the most tokens an answer takes, its end included, and the levels its supervised
-    warm start learns from (None: every level)."""
-
-    name: str
-    alphabet: str
-    levels: tuple
-    make_problems: Callable[..., list[dict]]
-    max_answer_tokens: int
-    warm_start_levels: tuple[int, ...] | None = None
 
 
 ARITHMETIC = Task("arithmetic", ALPHABET, LEVELS, make_problems, max_answer_tokens=5)  # 3 + 3 digits: 4, and the end
@@ -88,9 +76,7 @@ def exact_match_reward(completions: list[str], answer: list[str], **kwargs) -> l
 
 def task_named(name: str) -> Task:
     """The built-in task called `name`."""
-    from .sorting import SORTING
-
-    tasks = {task.name: task for task in (ARITHMETIC, SORTING)}
+    tasks = {task.name: task for task in (ARITHMETIC, SORTING, EQUATIONS)}
     if name not in tasks:
         raise ValueError(f"task={name!r} is not a built-in task; choose one of {sorted(tasks)}.")
     return tasks[name]

@@ -1,0 +1,230 @@
+"""The fifth study's pilot: a waste-heavy regime the model can learn, on the third task family, chosen on uniform GRPO
+alone, before any budget rule runs in it.
+
+    OMP_NUM_THREADS=1 python benchmarks/fifth_study/pilot.py --describe-start   # the warm start per level (no RL)
+    OMP_NUM_THREADS=1 python benchmarks/fifth_study/pilot.py --processes 1      # uniform n = 8 and 16, every candidate
+    python benchmarks/fifth_study/pilot.py --stored-only                        # judge the stored runs, train nothing
+
+Pre-registered here, before any RL run of this pilot:
+- Task: equations (`trl_budget/demo/equations.py`: fill in the signs of 2 to 7 digits so that they make the target;
+  one answer per problem), from its shipped warm start (`warm_start_equations/`, digest checked), which learned from
+  every level: greedy accuracy on its record's held-out problems 0.54 (3 digits), 0.27 (4), 0.17 (5), 0.07 (6),
+  0.02 (7), 0.214 over the five.
+- The third and fourth studies' batch shape and budget (`RLSettings.study(960)`): 64 prompts per generation batch, 8
+  updates per batch, 960 updates, a pool of 1 500 training problems (23 generation batches before prompts come back),
+  greedy exact-match accuracy on 1 000 held-out problems of the same levels every 60 updates; the metric is the mean
+  of the last three evaluations. Learning rate constant after 16 warm-up steps.
+- Arms: uniform n = 8 and uniform n = 16 (twice the rollouts per batch, the same updates). Seeds 400-403, paired; none
+  of them is a seed of an earlier study or pilot.
+- Candidates (`CANDIDATES`): levels chosen from the warm start's sampled pass rates (`--describe-start`, no RL; its
+  output is in the JSON), so that at 8 rollouts many prompts are all-fail or all-pass while some are mixed. At 8
+  rollouts at temperature 1 every rollout agrees on 21% of 3-digit prompts, 31% of 4-digit, 61% of 5-digit and 79%
+  of 6-digit ones (greedy accuracy 0.555, 0.350, 0.125, 0.050 on 200 of each): 4, 5 and 6 digits (57% agree at the
+  start) and 3, 4 and 5 digits (38%, more as RL saturates the 3-digit prompts), each at constant learning rates 1e-4
+  (the earlier studies') and 2e-4. Trained in the order listed, candidate by candidate, seed by seed, n = 8 before
+  n = 16, as far as the time given to the pilot goes; a candidate with fewer than four seeds in is not judged.
+- A candidate qualifies when (1) waste: uniform n = 8's share of prompts whose rollouts all agree (1 -
+  `budget/prompts_with_gradient`) is at least 0.4 over the generation batches after the first epoch (the share over
+  the first epoch is reported beside it); (2) room: n = 16 minus n = 8 is at least 1 point with its 95% t interval
+  above 0; (3) no early loss: uniform n = 8's accuracy at update 60 is not below the start, and its last three
+  evaluations are above it. Among qualifying candidates the one with the largest waste share is the regime; none
+  qualifying is reported as such, with what failed. Seconds per run are reported (one thread), not a criterion.
+Every run is stored with the machine that trained it (CPU model, family, SIMD flags, torch's CPU capability, threads,
+package versions, the package code's digest): a run re-trains bit for bit on one machine, not across machines.
+Writes benchmarks/fifth_study/results/pilot.json; finished runs are stored (results/run_cache) and reused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, replace
+from pathlib import Path
+
+import numpy as np
+
+from trl_budget.demo.run import run_rl, warm_start
+from trl_budget.demo.run_cache import cached_run, code_digest, stored_run
+from trl_budget.demo.settings import RLSettings, WarmStartSettings
+from trl_budget.demo.study_stats import mean_after, paired_interval, study_metric
+from trl_budget.demo.task import split_problems, task_named
+
+RESULTS = Path(__file__).resolve().parent / "results"
+TASK = "equations"
+SEEDS = (400, 401, 402, 403)
+BUDGET = 960
+FIRST_EPOCH_BATCHES = 23  # 1 500 prompts, 64 per batch
+# Name -> (levels of the equations task, constant learning rate).
+CANDIDATES: dict[str, tuple[tuple[int, ...], float]] = {
+    "eq-4-5-6-1e-4": ((2, 3, 4), 1e-4), "eq-4-5-6-2e-4": ((2, 3, 4), 2e-4),
+    "eq-3-4-5-1e-4": ((1, 2, 3), 1e-4), "eq-3-4-5-2e-4": ((1, 2, 3), 2e-4),
+}
+WASTE_SHARE, ROOM_POINTS = 0.4, 0.01
+
+
+def settings_for(candidate: str, num_generations: int) -> RLSettings:
+    levels, rate = CANDIDATES[candidate]
+    return replace(RLSettings.study(BUDGET), levels=levels, learning_rate=rate, num_generations=num_generations)
+
+
+def machine() -> dict:
+    """What a run's floats depend on: the CPU (model, family, SIMD flags), torch's CPU kernels and threads, the
+    packages' versions and the package code's digest."""
+    import accelerate
+    import torch
+    import transformers
+    import trl
+
+    cpu = {}
+    cpuinfo = Path("/proc/cpuinfo")
+    for line in cpuinfo.read_text().splitlines() if cpuinfo.exists() else []:
+        key, _, value = (part.strip() for part in line.partition(":"))
+        cpu.setdefault(key, value)
+    return {"cpu": cpu.get("model name", platform.processor()), "cpu_family": cpu.get("cpu family"),
+            "cpu_model": cpu.get("model"),
+            "simd_flags": sorted(flag for flag in cpu.get("flags", "").split() if flag.startswith(("avx", "amx", "fma"))),
+            "cores": os.cpu_count(), "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "torch_threads": torch.get_num_threads(), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
+            "torch": torch.__version__, "trl": trl.__version__, "transformers": transformers.__version__,
+            "accelerate": accelerate.__version__, "code": code_digest()}
+
+
+def run_name(candidate: str, num_generations: int, seed: int) -> str:
+    return f"fifth-pilot-{candidate}-n{num_generations}-{seed}"
+
+
+def run_key(candidate: str, num_generations: int, seed: int) -> dict:
+    return {"task": TASK, "warm_start": asdict(WarmStartSettings()), "rl": asdict(settings_for(candidate, num_generations)),
+            "variant": {"budget_allocator": "uniform"}, "seed": seed}
+
+
+def pilot_run(candidate: str, num_generations: int, seed: int) -> dict:
+    """One uniform run, stored (or read back) under its settings, with the machine that trained it; one thread."""
+    import torch
+
+    torch.set_num_threads(1)
+    task = task_named(TASK)
+
+    def train() -> dict:
+        result = run_rl(warm_start(WarmStartSettings(), task=task), "uniform", seed,
+                        settings_for(candidate, num_generations), Path("pilot_runs") / f"{candidate}-n{num_generations}",
+                        show_progress=False, label=f"uniform-n{num_generations}", task=task)
+        return {**result, "machine": machine()}
+
+    stored, reused = cached_run(RESULTS / "run_cache", run_name(candidate, num_generations, seed),
+                                run_key(candidate, num_generations, seed), train)
+    print(f"{candidate} n = {num_generations} seed {seed}: {'stored' if reused else 'trained'}, "
+          f"{stored['result']['seconds']:.0f} s, metric {study_metric(stored['result']):.3f}", flush=True)
+    return stored["result"]
+
+
+def waste(run: dict, first_epoch: bool) -> float:
+    """The share of a run's prompts whose rollouts all agree, over the first epoch's batches or those after it."""
+    shares = run["prompts_with_gradient"]
+    with_gradient = np.mean(shares[:FIRST_EPOCH_BATCHES]) if first_epoch else mean_after(
+        run, "prompts_with_gradient", FIRST_EPOCH_BATCHES)
+    return float(1 - with_gradient)
+
+
+def judge(candidate: str, runs: dict) -> dict:
+    """The candidate's criteria from its runs keyed by (num_generations, seed), over the seeds with both arms in."""
+    seeds = [seed for seed in SEEDS if (8, seed) in runs and (16, seed) in runs]
+    row = {"levels": CANDIDATES[candidate][0], "learning_rate": CANDIDATES[candidate][1], "seeds": seeds}
+    if not seeds:
+        return {**row, "qualifies": None}
+    eight, sixteen = [runs[8, seed] for seed in seeds], [runs[16, seed] for seed in seeds]
+    room = np.array([study_metric(b) - study_metric(a) for a, b in zip(eight, sixteen)])
+    low, high = paired_interval(room)[1] if len(seeds) > 1 else (float("nan"), float("nan"))
+    start = eight[0]["curve"][0]["accuracy"]
+    at_60 = float(np.mean([next(p["accuracy"] for p in run["curve"] if p["step"] == 60) for run in eight]))
+    final = float(np.mean([study_metric(run) for run in eight]))
+    after = float(np.mean([waste(run, first_epoch=False) for run in eight]))
+    criteria = {"waste": after >= WASTE_SHARE, "room": bool(room.mean() >= ROOM_POINTS and low > 0),
+                "no_early_loss": at_60 >= start and final > start}
+    return {**row, "start_accuracy": start, "uniform_n8": final,
+            "uniform_n16": float(np.mean([study_metric(run) for run in sixteen])), "accuracy_at_update_60": at_60,
+            "waste_after_first_epoch": after,
+            "waste_first_epoch": float(np.mean([waste(run, first_epoch=True) for run in eight])),
+            "n16_waste_after_first_epoch": float(np.mean([waste(run, first_epoch=False) for run in sixteen])),
+            "room": float(room.mean()), "room_ci95": [float(low), float(high)],
+            "room_paired_sd": float(room.std(ddof=1)) if len(seeds) > 1 else None,
+            "seconds_n8": [run["seconds"] for run in eight], "seconds_n16": [run["seconds"] for run in sixteen],
+            "criteria": criteria, "qualifies": all(criteria.values()) if len(seeds) == len(SEEDS) else None}
+
+
+def describe_start(samples: int = 8) -> dict:
+    """The warm start per level: greedy accuracy, and the share of prompts whose `samples` sampled answers all agree
+    (all right or all wrong) at temperature 1, the waste uniform n = 8 would meet on a first visit."""
+    from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
+
+    from trl_budget.demo.run import answer_outcomes
+
+    task = task_named(TASK)
+    path = warm_start(WarmStartSettings(), task=task)
+    model, tokenizer = AutoModelForCausalLM.from_pretrained(path), PreTrainedTokenizerFast.from_pretrained(path)
+    rows = {}
+    for level in range(1, len(task.levels)):
+        problems = split_problems(0, 200, 1, (level,), task)[1]
+        greedy = answer_outcomes(model, tokenizer, problems, task=task)[:, 0]
+        sampled = answer_outcomes(model, tokenizer, problems, samples, 1.0, seed=1, task=task)
+        rows[level] = {"digits": task.levels[level], "greedy_accuracy": float(greedy.mean()),
+                       "sampled_pass_rate": float(sampled.mean()),
+                       "all_agree": float((sampled.min(axis=1) == sampled.max(axis=1)).mean()),
+                       "all_fail": float((sampled.max(axis=1) == 0).mean()),
+                       "all_pass": float((sampled.min(axis=1) == 1).mean())}
+        print(f"level {level} ({task.levels[level]} digits): {rows[level]}", flush=True)
+    return rows
+
+
+def print_table(candidates: dict) -> None:
+    print("| candidate | seeds | start | n = 8 | n = 16 | room [95% CI] | waste after / in first epoch | at update 60 "
+          "| qualifies |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
+    for name, row in candidates.items():
+        if not row["seeds"]:
+            print(f"| {name} | 0 | | | | | | | not run |")
+            continue
+        failed = ", ".join(name for name, passed in row["criteria"].items() if not passed)
+        verdict = {None: "not judged", True: "yes", False: f"no: {failed}"}[row["qualifies"]]
+        print(f"| {name} | {len(row['seeds'])} | {row['start_accuracy']:.3f} | {row['uniform_n8']:.3f} | "
+              f"{row['uniform_n16']:.3f} | {row['room'] * 100:+.2f} [{row['room_ci95'][0] * 100:+.2f}, "
+              f"{row['room_ci95'][1] * 100:+.2f}] | {row['waste_after_first_epoch']:.2f} / "
+              f"{row['waste_first_epoch']:.2f} | {row['accuracy_at_update_60']:.3f} | {verdict} |")
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--describe-start", action="store_true", help="the warm start per level; no RL")
+    parser.add_argument("--candidates", nargs="+", choices=list(CANDIDATES), default=list(CANDIDATES))
+    parser.add_argument("--processes", type=int, default=1, help="runs trained at once (default: 1)")
+    parser.add_argument("--stored-only", action="store_true", help="judge the stored runs; train nothing")
+    args = parser.parse_args(argv)
+    output = RESULTS / "pilot.json"
+    report = json.loads(output.read_text()) if output.exists() else {}
+    if args.describe_start:
+        report["warm_start_by_level"] = describe_start()
+        report["describe_start_machine"] = machine()
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(json.dumps(report, indent=2) + "\n")
+        return
+    jobs = [(name, n, seed) for name in args.candidates for seed in SEEDS for n in (8, 16)]
+    if args.stored_only:
+        done = {job: stored["result"] for job in jobs
+                if (stored := stored_run(RESULTS / "run_cache", run_name(*job), run_key(*job))) is not None}
+    else:
+        with ProcessPoolExecutor(args.processes) as pool:
+            done = dict(zip(jobs, pool.map(pilot_run, *zip(*jobs))))
+    report["candidates"] = {name: judge(name, {(n, seed): run for (job_name, n, seed), run in done.items()
+                                               if job_name == name}) for name in args.candidates}
+    report["machines"] = sorted({json.dumps(run["machine"], sort_keys=True) for run in done.values()})
+    report["machines"] = [json.loads(entry) for entry in report["machines"]]
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(report, indent=2) + "\n")
+    print_table(report["candidates"])
+
+
+if __name__ == "__main__":
+    main()
