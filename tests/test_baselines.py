@@ -297,3 +297,16 @@ def test_a_run_resumes_with_another_baseline_or_window(tmp_path, tokenizer, befo
         assert saved["reward_history_window"] == 4.0 and resumed.tracker.reward_history_window == 16.0
     else:
         assert (restored[0] == 0).all()
+
+
+@pytest.mark.parametrize("stated, tracker_settings, message", [
+    ({"success_threshold": 0.5}, {}, "has success_threshold=1.0, but success_threshold=0.5"),
+    ({"pass_rate_window": 4}, {"window": 2}, "has window=2, but pass_rate_window=4"),
+])
+def test_a_tracker_that_disagrees_with_a_setting_the_config_states_is_refused(tmp_path, tokenizer, stated,
+                                                                                tracker_settings, message):
+    # Before: the tracker passed to the trainer silently won (success judged at 1.0 under a config saying 0.5).
+    with pytest.raises(ValueError, match=f"^the tracker passed to the trainer {message}"):
+        make_trainer(tmp_path, tokenizer, tracker=CapabilityTracker(**tracker_settings), **stated)
+    # A setting the config leaves to the allocator's release is the tracker's to choose.
+    make_trainer(tmp_path, tokenizer, max_steps=1, tracker=CapabilityTracker(window=2)).train()

@@ -323,3 +323,41 @@ def test_a_checkpoint_whose_spo_files_are_broken_is_refused_naming_the_file(tmp_
     path.write_text(json.dumps(state))
     with pytest.raises(ValueError, match=f"{path}.*{message}"):
         make_trainer(tmp_path, tokenizer, max_steps=4, **options).train(resume_from_checkpoint=str(path.parent))
+
+
+def test_whole_numbers_given_as_floats_or_numpy_integers_train_and_checkpoint(tmp_path, tokenizer):
+    # Before: 2.0 failed when the trainer was built, numpy's int64 when the checkpoint's JSON was written.
+    for value in (2.0, np.int64(2)):
+        trainer = make_trainer(tmp_path / type(value).__name__, tokenizer, max_steps=2, spo_rollouts_per_prompt=value,
+                               prompt_sampling_pool=np.int64(4), save_strategy="steps", save_steps=2, **SPO)
+        trainer.train()
+        assert (trainer.last_rollout_plan.counts == 2).all() and (tmp_path / type(value).__name__ / "checkpoint-2" /
+                                                                   "budget_prompt_sampler.json").exists()
+
+
+def test_an_allocator_object_under_spo_keeps_spos_baseline(tmp_path, tokenizer):
+    # Before: the object made the baseline resolve to GRPO's group, and one rollout a prompt trained nothing.
+    def one_each(pass_rates, budget, failure_rate=None):
+        return np.full(len(pass_rates), budget // len(pass_rates))
+
+    trainer = make_trainer(tmp_path, tokenizer, max_steps=2, allocator=one_each, **SPO)
+    recorder = RowRecorder(trainer)
+    trainer.train()
+    assert trainer.advantage_baseline == "spo" and all((a != 0).any() for _, a, _ in recorder.steps)
+
+
+def test_every_fix_a_pass_rate_mismatch_names_resumes(tmp_path, tokenizer):
+    # An SPO run's checkpoint resumed under Knapsack RL: its tracker was kept with the plain rule. Before, the message
+    # named pass_rate_rollout_pool=None, which follows the allocator (16 under Knapsack RL): refused again.
+    import re
+
+    options = dict(dataset=make_dataset(6), save_strategy="steps", save_steps=2)
+    make_trainer(tmp_path, tokenizer, max_steps=2, **options, **SPO).train()
+    with pytest.raises(ValueError, match="other pass-rate settings") as refused:
+        make_trainer(tmp_path, tokenizer, max_steps=4, **options).train(
+            resume_from_checkpoint=str(tmp_path / "checkpoint-2"))
+    fixes = dict(re.findall(r"(pass_rate_\w+|failure_rate_window)=(\d+) \(this run", str(refused.value)))
+    assert fixes.get("pass_rate_rollout_pool") == "0"
+    resumed = make_trainer(tmp_path, tokenizer, max_steps=4, **options, **{k: int(v) for k, v in fixes.items()})
+    resumed.train(resume_from_checkpoint=str(tmp_path / "checkpoint-2"))
+    assert resumed.state.global_step == 4

@@ -219,8 +219,10 @@ def restore_tracker(checkpoint: str, tracker: CapabilityTracker, tracker_fields:
     try:
         load_tracker_state(tracker, path)
     except SettingsMismatch as error:
-        fields_to_set = ", ".join(f"{tracker_fields.get(name, name)}={saved!r} (this run: {current!r})"
-                                  for name, (saved, current) in error.differences.items())
+        # A saved rollout_pool of None is "no pool", which the config says as 0 (its None follows the allocator).
+        fields_to_set = ", ".join(
+            f"{tracker_fields.get(name, name)}={0 if name == 'rollout_pool' and saved is None else saved!r} "
+            f"(this run: {current!r})" for name, (saved, current) in error.differences.items())
         raise ValueError(
             f"{path} was written with other pass-rate settings than this run's, so its pass rates cannot be carried "
             f"over. To resume it, set {fields_to_set}; fields left at None follow budget_allocator (now "

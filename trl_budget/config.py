@@ -736,7 +736,7 @@ class BudgetGRPOConfig(GRPOConfig):
             return self.advantage_baseline
         if allocator is None and self.budget_allocator == "reinforce_ada":
             return "all_rollouts" if self.reinforce_ada_global_statistics else "group"
-        if allocator is None and self.budget_allocator == "spo":
+        if self.budget_allocator == "spo":  # an allocator object given with it replaces its allocation alone
             return "spo"
         return "all_rollouts" if getattr(allocator, "global_statistics", False) is True else "group"
 
@@ -755,6 +755,8 @@ class BudgetGRPOConfig(GRPOConfig):
         a generation batch that divides into its prompts."""
         check_whole_number("spo_rollouts_per_prompt", self.spo_rollouts_per_prompt, 1)
         check_whole_number("spo_offline_n", self.spo_offline_n, 0)
+        # Whole numbers given as 2.0 or numpy integers count, slice and go into JSON checkpoints as ints.
+        self.spo_rollouts_per_prompt, self.spo_offline_n = int(self.spo_rollouts_per_prompt), int(self.spo_offline_n)
         self.spo_rho = _parsed_rho(self.spo_rho)
         for name in ("spo_offline_values", "spo_offline_column"):
             check_optional_name(name, getattr(self, name), "a path" if name.endswith("values") else "a column")
@@ -807,6 +809,7 @@ class BudgetGRPOConfig(GRPOConfig):
                              "or None for TRL's sampler's order.")
         if self.prompt_sampling_pool is not None:
             check_whole_number("prompt_sampling_pool", self.prompt_sampling_pool, 1)
+            self.prompt_sampling_pool = int(self.prompt_sampling_pool)
         if self.resolved_prompt_sampling() is not None and self.budget_dynamic_sampling:
             raise ValueError(
                 "budget_dynamic_sampling=True draws its prompts itself, generation batch after generation batch, so "
@@ -962,9 +965,24 @@ class BudgetGRPOConfig(GRPOConfig):
 
     def resolve_release_settings(self) -> None:
         """Give each pass-rate setting left at None the value of the chosen allocator's release."""
+        from_release = self.__dict__.setdefault("_from_release", set())  # kept across checks: what the user left
         for argument, value in release_pass_rate_rule(self.budget_allocator).items():
             if getattr(self, TRACKER_FIELDS[argument]) is None:
                 setattr(self, TRACKER_FIELDS[argument], value)
+                from_release.add(TRACKER_FIELDS[argument])
+
+    def stated_tracker_settings(self) -> dict[str, Any]:
+        """The tracker's settings this config states itself (not left to the allocator's release, nor at the
+        default): tracker argument -> value, as a tracker built from it would hold them."""
+        from_release = self.__dict__.get("_from_release", set())
+        stated = {}
+        for argument, name in TRACKER_FIELDS.items():
+            value = getattr(self, name)
+            default = BudgetGRPOConfig.__dataclass_fields__[name].default
+            if name in from_release or argument == "reward_history_window" or _same(value, default):
+                continue
+            stated[argument] = (value or None) if argument == "rollout_pool" else value  # 0: no pool
+        return stated
 
     @classmethod
     def for_trainer(cls, args: GRPOConfig | None, model) -> "BudgetGRPOConfig":

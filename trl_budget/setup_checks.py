@@ -79,9 +79,22 @@ def check_prompt_sampling(dataset, args: BudgetGRPOConfig) -> None:
 
 
 def check_tracker_serves_the_baseline(tracker, baseline: str, args: BudgetGRPOConfig) -> None:
-    """Under the history baseline the tracker keeps each prompt's reward history with the window the config names: a
-    tracker passed to the trainer that keeps none, or keeps it with another window, would train otherwise than the
-    config says (or fail after the first batch is generated)."""
+    """A tracker passed to the trainer agrees with every tracker setting the config states (those it leaves to the
+    allocator's release, or at their defaults, are the tracker's to choose); under the history baseline it keeps each
+    prompt's reward history with the window the config names. Otherwise the run would train otherwise than the config
+    says (or fail after the first batch is generated)."""
+    from .config import TRACKER_FIELDS
+
+    for argument, stated in args.stated_tracker_settings().items():
+        held = getattr(tracker, argument, stated)
+        if held != stated:
+            name = TRACKER_FIELDS[argument]
+            raise ValueError(
+                f"the tracker passed to the trainer has {argument}={held!r}, but {name}={getattr(args, name)!r}: the "
+                f"run would follow the tracker, not the config. Build the tracker with {argument}={stated!r}, set "
+                f"{name}={held!r} (or leave it unset), or leave the trainer's tracker argument unset to build it from "
+                "the config."
+            )
     if baseline != "history":
         return
     kept = getattr(tracker, "reward_history_window", None)
