@@ -201,6 +201,8 @@ def test_an_spo_run_resumes_exactly(tmp_path, tokenizer):
      ({"budget_allocator": "spo", "advantage_baseline": "group"}, "with spo_rollouts_per_prompt=1 trains one "
                                                                   "rollout a prompt, and advantage_baseline='group'"),
      ({"budget_allocator": "spo", "advantage_baseline": "all_rollouts"}, "every advantage would be 0"),
+     ({"budget_allocator": "spo", "budget_loss_weighting": "prompt"}, "would only scale every advantage by a "
+                                                                       "constant"),
      ({"budget_allocator": "spo", "spo_rollouts_per_prompt": 3}, "does not divide generation_batch_size=8"),
      ({"advantage_baseline": "spo", "multi_objective_aggregation": "normalize_then_sum"}, "'spo' compares each"),
      ({"budget_allocator": "uniform", "budget_dynamic_sampling": True, "prompt_sampling": "spo"},
@@ -361,3 +363,65 @@ def test_every_fix_a_pass_rate_mismatch_names_resumes(tmp_path, tokenizer):
     resumed = make_trainer(tmp_path, tokenizer, max_steps=4, **options, **{k: int(v) for k, v in fixes.items()})
     resumed.train(resume_from_checkpoint=str(tmp_path / "checkpoint-2"))
     assert resumed.state.global_step == 4
+
+
+def test_offline_values_key_a_conversation_by_its_first_user_message_and_refuse_shared_texts(tmp_path, tokenizer):
+    # Before: with a system message every prompt was looked up under the system's text, and all shared one prior.
+    from helpers import build_chat_tokenizer
+
+    chat = build_chat_tokenizer()
+    rows = [{"prompt": [{"role": "system", "content": "be brief"}, {"role": "user", "content": q}], "answer": "1"}
+            for q in ("1+0=", "2+2=", "3+1=", "4+4=")]
+    path = tmp_path / "offline.json"
+    path.write_text(json.dumps({"1+0=": [1] * 8, "2+2=": [0] * 8, "3+1=": [1] * 4 + [0] * 4, "4+4=": [0] * 8}))
+    from trl_budget.demo.tiny import build_tiny_model
+
+    trainer = make_trainer(tmp_path, chat, model=build_tiny_model(chat), spo_offline_values=str(path),
+                           dataset=Dataset.from_list(rows), **SPO)
+    p_hats = trainer.spo.tracker.p_hats([prompt_key(row["prompt"]) for row in rows])
+    np.testing.assert_allclose(p_hats, [8.5 / 9, 0.5 / 9, 4.5 / 9, 0.5 / 9])
+    rows.append({"prompt": [{"role": "system", "content": "be long"}, {"role": "user", "content": "1+0="}],
+                 "answer": "1"})
+    with pytest.raises(ValueError, match="two different training prompts are both named '1\\+0='"):
+        make_trainer(tmp_path, chat, model="not-loaded", spo_offline_values=str(path),
+                     dataset=Dataset.from_list(rows), **SPO)
+
+
+def test_the_pre_pass_leaves_unscored_rollouts_out_of_the_prior(tmp_path, tokenizer):
+    # Before: a rollout its reward function could not score (None) counted as a failure.
+    def half_unscored(completions, answer, **kwargs):
+        return [1.0 if i % 2 else None for i in range(len(completions))]
+
+    trainer = make_trainer(tmp_path, tokenizer, max_steps=1, reward_funcs=half_unscored, spo_offline_sampling=True,
+                           spo_offline_n=4, dataset=make_dataset(4), **SPO)
+    trainer.train()
+    state = trainer.spo.tracker
+    for row in make_dataset(4):
+        key = prompt_key(row["prompt"])
+        scored = 2 * make_dataset(4)["prompt"].count(row["prompt"])  # every other rollout of its 4 (or 8)
+        n = min(4, scored)
+        assert state.alpha[key] / (state.alpha[key] + state.beta[key]) == pytest.approx((n + 0.5) / (n + 1))
+
+
+def test_offline_scores_named_on_resume_leave_the_saved_estimates_with_a_warning(tmp_path, tokenizer):
+    # Before: spo_offline_sampling=True on resume sampled every prior again over the restored estimates.
+    options = dict(dataset=make_dataset(6), save_strategy="steps", save_steps=2, **SPO)
+    make_trainer(tmp_path, tokenizer, max_steps=2, **options).train()
+    saved = json.loads((tmp_path / "checkpoint-2" / "budget_spo_state.json").read_text())["tracker"]
+    resumed = make_trainer(tmp_path, tokenizer, max_steps=3, spo_offline_sampling=True, **options)
+    restored = []
+    original = resumed.spo.settle
+    resumed.spo.settle = lambda *a: (restored.append(dict(resumed.spo.tracker.alpha)), original(*a))
+    with pytest.warns(UserWarning, match="carries every prompt.s SPO estimate.* are not used"):
+        resumed.train(resume_from_checkpoint=str(tmp_path / "checkpoint-2"))
+    assert restored[0] == dict(zip(saved["keys"], saved["alpha"]))
+    assert not any("spo/prior_rollouts" in entry for entry in resumed.state.log_history)
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"allocator": "knapsack"}, "allocator= takes an allocator object.* set budget_allocator=.knapsack."),
+    ({"tracker": object()}, "tracker= takes a CapabilityTracker; got a object"),
+])
+def test_trainer_objects_of_the_wrong_kind_are_refused(tmp_path, tokenizer, options, message):
+    with pytest.raises(ValueError, match=message):
+        make_trainer(tmp_path, tokenizer, model="not-loaded", **options)

@@ -107,7 +107,7 @@ def load_tracker_state(tracker: CapabilityTracker, path: str | os.PathLike) -> N
     try:
         with open(path, encoding="utf-8") as f:
             state = json.load(f)
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as error:
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError, IsADirectoryError) as error:
         # RecursionError: nesting deeper than Python's stack, which no file this package writes has.
         raise ValueError(
             f"{os.fspath(path)} is not valid JSON ({type(error).__name__}: {error}): it was cut short or edited. "
@@ -197,8 +197,9 @@ def restore_part(checkpoint: str, name: str, part) -> None:
     try:
         with open(path, encoding="utf-8") as f:
             state = json.load(f)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ValueError(f"{path} cannot be read ({error}). Resume from an earlier checkpoint, or delete the file: "
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
+        raise ValueError(f"{path} cannot be read ({type(error).__name__}: {error}). Resume from an earlier "
+                         "checkpoint, or delete the file: "
                          f"{_WITHOUT_FILE.get(name, 'the stage starts afresh.')}") from error
     part.load_state_dict(state, path)
 

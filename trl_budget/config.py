@@ -696,7 +696,8 @@ class BudgetGRPOConfig(GRPOConfig):
         if baseline is not None and baseline not in ADVANTAGE_BASELINES:
             raise ValueError(
                 f"advantage_baseline={baseline!r} is not a baseline: choose 'group' (GRPO's), 'all_rollouts' (all the "
-                "prompt's rollouts of the batch) or 'history' (its recent visits), or None for the rule's own."
+                "prompt's rollouts of the batch), 'history' (its recent visits) or 'spo' (SPO's estimate), or None for the "
+                "rule's own."
             )
         if not (is_finite_number(self.advantage_history_window) and self.advantage_history_window >= 1):
             raise ValueError(f"advantage_history_window must be a finite number of visits, at least 1, got "
@@ -884,6 +885,12 @@ class BudgetGRPOConfig(GRPOConfig):
             raise ValueError(
                 f"budget_loss_weighting={self.budget_loss_weighting!r} is not a weighting: choose 'token' (every "
                 "rollout alike, as TRL) or 'prompt' (each prompt's rollouts together weigh as num_generations)."
+            )
+        if self.budget_loss_weighting == "prompt" and self.budget_allocator == "spo":
+            raise ValueError(
+                "budget_loss_weighting='prompt' scales each prompt's rollouts to weigh as num_generations rollouts; "
+                "budget_allocator='spo' gives every prompt the same spo_rollouts_per_prompt, so it would only scale "
+                "every advantage by a constant. Remove it, or choose another allocator."
             )
         if self.budget_loss_weighting == "prompt" and self.loss_type not in PROMPT_WEIGHTED_LOSSES:
             raise ValueError(

@@ -122,6 +122,9 @@ class PromptStream:
         """Replay the stream to where the saved one stood; a stream of other data, seed or shuffling is refused. Its
         batch size may differ (another `budget_dynamic_sampling_oversample` or `num_generations`): the stream goes on
         from the same place in the same pass, in generation batches of this size."""
+        if not isinstance(state, dict):
+            raise ValueError(f"{path} holds a {type(state).__name__}, not a stream position. Resume from an earlier "
+                             "checkpoint, or delete the file to draw from the start of the training data again.")
         mine = self.state_dict()
         differences = {name: (state.get(name), mine[name]) for name in ("dataset_rows", "seed", "shuffle")
                        if state.get(name) != mine[name]}
@@ -129,7 +132,7 @@ class PromptStream:
             said = ", ".join(f"{name} {saved!r} there, {current!r} now" for name, (saved, current)
                              in differences.items())
             raise ValueError(
-                f"{path} was written by dynamic sampling over other data or settings ({said}), so the prompts this "
+                f"{path} was written drawing from other data or with other settings ({said}), so the prompts this "
                 "run would draw next are unknown. Resume with the dataset, seed and shuffle_dataset it was saved "
                 "with, or delete the file to draw from the start of the data again."
             )

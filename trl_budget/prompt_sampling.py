@@ -102,7 +102,7 @@ class PromptSampler:
         self.stream.load_state_dict(state["stream"], path)
         try:
             self.rng.bit_generator.state = state["generator"]
-        except (TypeError, ValueError, KeyError) as error:
+        except (TypeError, ValueError, KeyError, OverflowError) as error:
             raise ValueError(f"{path} holds a generator state this run cannot use ({error}). Resume from an earlier "
                              "checkpoint, or delete the file to draw afresh.") from error
 

@@ -78,6 +78,23 @@ def check_prompt_sampling(dataset, args: BudgetGRPOConfig) -> None:
         )
 
 
+def check_trainer_objects(allocator, tracker) -> None:
+    """The trainer's `allocator` is an allocator object (a callable) and its `tracker` a `CapabilityTracker`."""
+    from .tracker import CapabilityTracker
+
+    if allocator is not None and not callable(allocator):
+        raise ValueError(
+            f"the trainer's allocator= takes an allocator object, called as allocator(pass_rates, budget, "
+            f"failure_rate); got {allocator!r}. To choose one by name, set budget_allocator={allocator!r} in the "
+            "config and leave allocator unset." if isinstance(allocator, str) else
+            f"the trainer's allocator= takes an allocator object, called as allocator(pass_rates, budget, "
+            f"failure_rate); got a {type(allocator).__name__}, which cannot be called."
+        )
+    if tracker is not None and not isinstance(tracker, CapabilityTracker):
+        raise ValueError(f"the trainer's tracker= takes a CapabilityTracker; got a {type(tracker).__name__}. Leave it "
+                         "unset to build one from the config.")
+
+
 def check_tracker_serves_the_baseline(tracker, baseline: str, args: BudgetGRPOConfig) -> None:
     """A tracker passed to the trainer agrees with every tracker setting the config states (those it leaves to the
     allocator's release, or at their defaults, are the tracker's to choose); under the history baseline it keeps each

@@ -201,9 +201,11 @@ class SPOTracker:
                              f"; this trl_budget reads version {_STATE_VERSION}.")
         for name, setting, mine in (("rho", "spo_rho", self.rho), ("clip_lower", "spo_rho_clip_lower",
                                                                     self.clip_lower)):
+            if state.get(name) is None:
+                raise ValueError(f"the SPO state has no {name!r}, which every saved state holds")
             if state.get(name) != mine:
                 raise ValueError(f"the SPO state was saved with {name}={state.get(name)!r} and this run's is "
-                                 f"{mine!r}; set {setting}={state.get(name)!r} to resume it.")
+                                 f"{mine!r}; set {setting}={state.get(name)!r} to resume it")
         keys, alpha, beta = state.get("keys"), state.get("alpha"), state.get("beta")
         if not (isinstance(keys, list) and isinstance(alpha, list) and isinstance(beta, list)
                 and len(keys) == len(alpha) == len(beta) and all(isinstance(k, str) for k in keys)):

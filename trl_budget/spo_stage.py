@@ -11,6 +11,7 @@ settles them as an uninterrupted one would.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -42,6 +43,7 @@ class SPOStage:
         self.tracker, self.normalize = tracker, normalize
         self.pending: dict[str, Any] | None = None  # the last batch's rows, not yet in the tracker
         self.prior_to_sample = False  # the run samples the priors before its first batch
+        self.priors_given = False  # the config names offline scores (a file, a column, or the pre-pass)
 
     @classmethod
     def for_run(cls, args, dataset) -> "SPOStage":
@@ -52,6 +54,7 @@ class SPOStage:
             tracker.set_priors(*offline_priors(args, dataset))
         stage = cls(tracker, normalize=args.scale_rewards != "none")
         stage.prior_to_sample = bool(args.spo_offline_sampling)
+        stage.priors_given = args.has_spo_offline_scores()
         return stage
 
     def set_sampled_priors(self, keys: list[str], rewards: np.ndarray, offline_n: int, seed: int) -> None:
@@ -63,8 +66,10 @@ class SPOStage:
             if reward == reward:
                 scores[key].append(reward)
         rng = np.random.default_rng(seed)
-        self.tracker.set_priors(list(scores), [spo_prior(values, offline_n, self.tracker.clip_lower, rng)
-                                               for values in scores.values()])
+        # An unscored rollout is no evidence (as everywhere in the package): a prompt's prior counts its scored ones,
+        # up to offline_n; a prompt none of whose rollouts was scored keeps Beta(0.5, 0.5)'s estimate.
+        self.tracker.set_priors(list(scores), [spo_prior(values, min(offline_n, len(values)), self.tracker.clip_lower,
+                                                         rng) for values in scores.values()])
         self.prior_to_sample = False
 
     def advantages(self, keys: list[str], counts: np.ndarray, rewards: torch.Tensor,
@@ -148,12 +153,20 @@ class SPOStage:
             if pending is not None and not _is_pending(pending):
                 raise ValueError("its 'pending' rows must hold as many keys (strings) as rewards (numbers in [0, 1], "
                                  "or NaN for an unscored row), and each prompt's response (prompt and completion ids)")
+            keys = {key for key in (pending or {}).get("keys", [])}
+            if self.tracker.kl_adaptive and pending is not None and not keys <= set(pending["responses"]):
+                raise ValueError("its 'pending' rows name a prompt without its response, which KL-adaptive rho needs")
             self.tracker.load_state_dict(state["tracker"])
-            self.prior_to_sample = self.prior_to_sample and self.tracker.default_prior is not None
         except ValueError as error:
-            raise ValueError(f"{path} cannot be restored: {error}. Resume from an earlier checkpoint with the "
-                             "settings it names, or delete the file to start SPO's tracker again from every "
+            raise ValueError(f"{path} cannot be restored: {str(error).rstrip('.')}. Resume from an earlier checkpoint "
+                             "with the settings it names, or delete the file to start SPO's tracker again from every "
                              "prompt's prior.") from error
+        if self.priors_given:  # the saved estimates are the run's; offline scores only start a run
+            warnings.warn(f"{path} carries every prompt's SPO estimate, which the resumed run goes on from; the offline "
+                          "scores this run's config names (spo_offline_values, spo_offline_column or "
+                          "spo_offline_sampling) are not used: they give a run's priors at its start.", UserWarning,
+                          stacklevel=2)
+        self.prior_to_sample = False
         self.pending = pending
 
 
@@ -210,12 +223,14 @@ def record_batch_metrics(metrics: dict[str, list[float]], rewards: np.ndarray, a
 
 def offline_text(row: dict[str, Any], id_column: str | None) -> str:
     """What names a row's prompt in an offline-values file: its `id_column` value, or its text as the release keys
-    it (a plain prompt stripped; a conversation's first message's content stripped)."""
+    it (a plain prompt stripped; a conversation's first user message's content stripped: the release takes the first
+    message, which with a system message would give every prompt the system's text)."""
     if id_column is not None:
         return str(row[id_column])
     prompt = row.get("prompt")
     if isinstance(prompt, list) and prompt and isinstance(prompt[0], dict):
-        prompt = prompt[0].get("content")
+        users = [message for message in prompt if isinstance(message, dict) and message.get("role") == "user"]
+        prompt = (users or prompt)[0].get("content")
     if not isinstance(prompt, str):
         raise ValueError(
             f"spo_offline_values keys prompts by their text, but a training prompt is {prompt!r}, not text. Set "
@@ -240,6 +255,7 @@ def offline_priors(args, dataset) -> tuple[list[str], list[tuple[float, float]]]
         where = f"column {args.spo_offline_column!r} (spo_offline_column)"
     else:
         scores_of = _read_offline_values(args.spo_offline_values)
+        refuse_shared_texts(rows, keys, args.prompt_id_column)
         found = [scores_of.get(offline_text(row, args.prompt_id_column)) for row in rows]
         where = f"{args.spo_offline_values} (spo_offline_values)"
     missing = [row for row, scores in zip(rows, found) if scores is None]
@@ -256,13 +272,28 @@ def offline_priors(args, dataset) -> tuple[list[str], list[tuple[float, float]]]
     return keys, [spo_prior(scores, args.spo_offline_n, args.spo_rho_clip_lower, rng) for scores in found]
 
 
+def refuse_shared_texts(rows: list[dict[str, Any]], keys: list[str], id_column: str | None) -> None:
+    """Two different prompts whose texts name them alike in the file (they differ in spaces around them, or in a
+    message other than the first user's) would share one prior: refuse them."""
+    first_key: dict[str, str] = {}
+    for row, key in zip(rows, keys):
+        text = offline_text(row, id_column)
+        if first_key.setdefault(text, key) != key:
+            raise ValueError(
+                f"two different training prompts are both named {text!r} in spo_offline_values (it keys a prompt by "
+                "its first user message, stripped, as the release does), so they would share one prior. Set "
+                "prompt_id_column and key the file by its values, or give the scores in a column "
+                "(spo_offline_column)."
+            )
+
+
 def _read_offline_values(path: str) -> dict[str, list]:
     import json
 
     try:
         with open(path, encoding="utf-8") as f:
             values = json.load(f)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
         raise ValueError(f"spo_offline_values={path!r} cannot be read ({type(error).__name__}: {error}). Give a JSON "
                          'file of each prompt\'s scores by the initial policy, {"prompt text": [1, 0, ...]}.') from error
     if not isinstance(values, dict):

@@ -45,7 +45,8 @@ from .rewards import RewardReader, reward_func_name, success_reward_index
 from .rollout_plan import RolloutPlan, balanced_slot_order, checked_allocation, decided_on_main_process
 from .round_rules import OneShot, ProbeThenAllocate, UntilMixed, top_up
 from .rounds import GeneratedRounds
-from .setup_checks import check_before_building, check_prompt_id_column, refuse_images_in_rounds
+from .setup_checks import (check_before_building, check_prompt_id_column, check_trainer_objects,
+                           refuse_images_in_rounds)
 from .spo_stage import SPO_STATE_NAME, SPOStage
 from .tracker import CapabilityTracker
 
@@ -82,6 +83,7 @@ class BudgetGRPOTrainer(GRPOTrainer):
         **kwargs,
     ):
         args = BudgetGRPOConfig.for_trainer(args, model)
+        check_trainer_objects(allocator, tracker)
         self.allocator = allocator if allocator is not None else args.make_allocator()
         self.tracker = tracker if tracker is not None else args.make_tracker()
         train_dataset = kwargs.get("train_dataset", positional[0] if positional else None)
