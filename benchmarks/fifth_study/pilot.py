@@ -32,6 +32,15 @@ Pre-registered here, before any RL run of this pilot:
 Every run is stored with the machine that trained it (CPU model, family, SIMD flags, torch's CPU capability, threads,
 package versions, the package code's digest): a run re-trains bit for bit on one machine, not across machines.
 Writes benchmarks/fifth_study/results/pilot.json; finished runs are stored (results/run_cache) and reused.
+
+As run (stated after the runs; nothing above changed): `OMP_NUM_THREADS=1 python benchmarks/fifth_study/pilot.py
+--processes 1` from 09:10 to 10:17 on one of 2 cores of an AMD EPYC (family 26 model 2, AVX-512; the other core busy
+with other work), given about an hour; its process ended without a message during the 30th run (eq-3-4-5-2e-4,
+n = 16, seed 402) and was not restarted, the hour being spent: 29 of the 32 runs are stored, eq-3-4-5-2e-4 has two
+complete seeds and is not judged. The table comes from `python benchmarks/fifth_study/pilot.py --stored-only`. The
+runs stored then record the package's digest on disk when each ended (`code`: 2520d166093fc429 for the first 17,
+e66b648ffd0c3d4d after others' changes to the package); the one process that trained them all had imported the
+package at 09:10 and trained with that. Later runs record both digests.
 """
 
 from __future__ import annotations
@@ -40,6 +49,7 @@ import argparse
 import json
 import os
 import platform
+import sys
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -63,6 +73,8 @@ CANDIDATES: dict[str, tuple[tuple[int, ...], float]] = {
     "eq-3-4-5-1e-4": ((1, 2, 3), 1e-4), "eq-3-4-5-2e-4": ((1, 2, 3), 2e-4),
 }
 WASTE_SHARE, ROOM_POINTS = 0.4, 0.01
+# The package's code as this script imported it (its worker processes train with that code, whatever changes on disk).
+CODE_AT_IMPORT = code_digest()
 
 
 def settings_for(candidate: str, num_generations: int) -> RLSettings:
@@ -72,7 +84,7 @@ def settings_for(candidate: str, num_generations: int) -> RLSettings:
 
 def machine() -> dict:
     """What a run's floats depend on: the CPU (model, family, SIMD flags), torch's CPU kernels and threads, the
-    packages' versions and the package code's digest."""
+    packages' versions, and the package code's digest as imported and as on disk when the run ended."""
     import accelerate
     import torch
     import transformers
@@ -89,7 +101,7 @@ def machine() -> dict:
             "cores": os.cpu_count(), "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
             "torch_threads": torch.get_num_threads(), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
             "torch": torch.__version__, "trl": trl.__version__, "transformers": transformers.__version__,
-            "accelerate": accelerate.__version__, "code": code_digest()}
+            "accelerate": accelerate.__version__, "code_at_import": CODE_AT_IMPORT, "code_on_disk": code_digest()}
 
 
 def run_name(candidate: str, num_generations: int, seed: int) -> str:
@@ -149,6 +161,11 @@ def judge(candidate: str, runs: dict) -> dict:
             "waste_after_first_epoch": after,
             "waste_first_epoch": float(np.mean([waste(run, first_epoch=True) for run in eight])),
             "n16_waste_after_first_epoch": float(np.mean([waste(run, first_epoch=False) for run in sixteen])),
+            "train_accuracy_start": eight[0]["curve"][0]["train_accuracy"],
+            "train_accuracy_n8": float(np.mean([study_metric(run, "train_accuracy") for run in eight])),
+            "entropy_n8_first_update": float(np.mean([run["entropy"][0] for run in eight])),
+            "entropy_n8_after_first_epoch": float(np.mean([mean_after(run, "entropy", 8 * FIRST_EPOCH_BATCHES)
+                                                           for run in eight])),
             "room": float(room.mean()), "room_ci95": [float(low), float(high)],
             "room_paired_sd": float(room.std(ddof=1)) if len(seeds) > 1 else None,
             "seconds_n8": [run["seconds"] for run in eight], "seconds_n16": [run["seconds"] for run in sixteen],
@@ -219,8 +236,10 @@ def main(argv=None) -> None:
             done = dict(zip(jobs, pool.map(pilot_run, *zip(*jobs))))
     report["candidates"] = {name: judge(name, {(n, seed): run for (job_name, n, seed), run in done.items()
                                                if job_name == name}) for name in args.candidates}
-    report["machines"] = sorted({json.dumps(run["machine"], sort_keys=True) for run in done.values()})
-    report["machines"] = [json.loads(entry) for entry in report["machines"]]
+    report["machines"] = [json.loads(entry) for entry in sorted({json.dumps(run["machine"], sort_keys=True)
+                                                                  for run in done.values()})]
+    threads = os.environ.get("OMP_NUM_THREADS")
+    report["command"] = " ".join(([f"OMP_NUM_THREADS={threads}"] if threads else []) + ["python", *sys.argv])
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(report, indent=2) + "\n")
     print_table(report["candidates"])
