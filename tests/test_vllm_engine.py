@@ -353,6 +353,21 @@ def test_colocate_mode_trains_with_an_in_process_engine(tmp_path, copy_model):
     assert report["engine_greedy"] == report["model_greedy"]
 
 
+def test_colocate_mode_spo_draws_one_rollout_of_each_prompt_and_keeps_its_response(tmp_path, copy_model):
+    script = Path(__file__).parent / "vllm_engine" / "engine_run.py"
+    result = subprocess.run([sys.executable, str(script), str(copy_model), str(tmp_path), "spo"], capture_output=True,
+                            text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["steps"] == 4 and report["counts"] == [[1] * 8] * 4  # one rollout of each of 8 drawn prompts
+    assert report["rows_follow_plan"] and not report["strays"] and not report["misplaced"]
+    assert report["drawn_from"] > 8  # drawn from the pool of 10, not the first 8 each time
+    assert report["visits"] == 24 and report["kept"] >= 8  # three batches settled, the last waits for the next
+    assert not report["kept_strays"]  # each kept response is one the engine wrote for its prompt, whole
+    assert len(report["drift_logged"]) == 3 and any(drift > 0 for drift in report["drift_logged"])
+    assert report["weight_syncs"] >= 1
+
+
 def run_rounds_prompt_by_prompt(tmp_path, copy_model, processes: int, server: dict | None = None) -> list[dict]:
     """engine_run.py's Reinforce-Ada run whose rounds go prompt by prompt (main_per_prompt: rewards scripted by prompt,
     a cap that binds in round 2), on `processes` processes, colocated or sent to `server`; every process's report."""

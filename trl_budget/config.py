@@ -260,7 +260,10 @@ class BudgetGRPOConfig(GRPOConfig):
         prompt_sampling (`str` or `None`, *optional*, defaults to `None`):
             How each generation batch's prompts are chosen. `None`: TRL's sampler's order. `"spo"`: drawn by SPO's
             weights sqrt(p (1 - p)) + 0.05 from a pool of candidates (`prompt_sampling_pool`), before the allocator
-            shares the batch's rollouts among them. `None` resolves to `"spo"` under `budget_allocator="spo"`.
+            shares the batch's rollouts among them. `"value"`: the same draw weighed by the allocator's value of each
+            prompt at `num_generations` rollouts (Knapsack RL's, CoBA-RL's, or a user allocator's `prompt_values`),
+            scaled to SPO's range 0.05-0.55; an unseen prompt weighs the most. `None` resolves to `"spo"` under
+            `budget_allocator="spo"`.
         prompt_sampling_pool (`int` or `None`, *optional*, defaults to `None`):
             Candidates per generation batch, in TRL's sampler's order, pool after pool (each prompt a candidate once a
             pass of the data). `None`: the whole training set every batch (the release's pool covers its data).
@@ -513,9 +516,11 @@ class BudgetGRPOConfig(GRPOConfig):
     )
     prompt_sampling: str | None = field(
         default=None,
-        metadata={"help": "How each generation batch's prompts are chosen: None (TRL's sampler's order) or 'spo' "
-                  "(drawn by SPO's weights sqrt(p (1 - p)) + 0.05 from a pool of candidates). None resolves to "
-                  "'spo' under budget_allocator='spo'.", "choices": [None, "spo"]},
+        metadata={"help": "How each generation batch's prompts are chosen: None (TRL's sampler's order), 'spo' "
+                  "(drawn by SPO's weights sqrt(p (1 - p)) + 0.05 from a pool of candidates) or 'value' (drawn by the "
+                  "allocator's value of each prompt at num_generations rollouts, scaled to 0.05-0.55; an unseen "
+                  "prompt weighs the most). None resolves to 'spo' under budget_allocator='spo'.",
+                  "choices": [None, "spo", "value"]},
     )
     prompt_sampling_pool: int | None = field(
         default=None,
@@ -648,7 +653,7 @@ class BudgetGRPOConfig(GRPOConfig):
             refuse("spo_offline_n", "with offline scores (spo_offline_values, spo_offline_column or "
                                     "spo_offline_sampling)")
         if "prompt_sampling_pool" in changed and self.resolved_prompt_sampling() is None:
-            refuse("prompt_sampling_pool", "with prompt sampling (prompt_sampling='spo')")
+            refuse("prompt_sampling_pool", "with prompt sampling (prompt_sampling='spo' or 'value')")
 
     def _rule_and_unread_settings(self) -> tuple[str, dict[str, str]]:
         """The batch's rule in words, and the settings it never reads, each with the rest of its fix."""
@@ -805,9 +810,9 @@ class BudgetGRPOConfig(GRPOConfig):
     def check_prompt_sampling(self) -> None:
         """Prompt sampling: a rule by name, a pool of whole prompts, and not with dynamic sampling (which draws its
         prompts itself)."""
-        if self.prompt_sampling is not None and self.prompt_sampling not in ("spo",):
+        if self.prompt_sampling is not None and self.prompt_sampling not in ("spo", "value"):
             raise ValueError(f"prompt_sampling={self.prompt_sampling!r} is not a rule: choose 'spo' (SPO's weights), "
-                             "or None for TRL's sampler's order.")
+                             "'value' (the allocator's value of each prompt), or None for TRL's sampler's order.")
         if self.prompt_sampling_pool is not None:
             check_whole_number("prompt_sampling_pool", self.prompt_sampling_pool, 1)
             self.prompt_sampling_pool = int(self.prompt_sampling_pool)

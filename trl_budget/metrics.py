@@ -150,7 +150,8 @@ def rule_in_effect(args, allocator, baseline: str) -> str:
     stages = [name for name, on in (("a probe stage", args.budget_probe_generations),
                                     ("rounds until mixed", args.budget_round_generations),
                                     ("dynamic sampling", args.budget_dynamic_sampling)) if on]
-    prompts = ("drawn by SPO's weights" if args.resolved_prompt_sampling() == "spo" else "in TRL's sampler's order")
+    prompts = {"spo": "drawn by SPO's weights", "value": "drawn by the allocator's value"}.get(
+        args.resolved_prompt_sampling(), "in TRL's sampler's order")
     return (f"Rollout budget: allocation by {allocator!r} (budget_allocator={args.budget_allocator!r})"
             f"{', with ' + ' and '.join(stages) if stages else ', in one shot'}; prompts {prompts}; advantage "
             f"baseline {baseline!r}.")

@@ -54,7 +54,7 @@ def check_before_building(args: BudgetGRPOConfig, allocator, tracker, train_data
     if args.budget_dynamic_sampling:
         check_dynamic_sampling(allocator, train_dataset, prompts_per_batch * args.budget_dynamic_sampling_oversample)
     if args.resolved_prompt_sampling() is not None:
-        check_prompt_sampling(train_dataset, args)
+        check_prompt_sampling(train_dataset, args, allocator)
 
 
 def refuse_unindexable(dataset, who: str, other_fix: str = "") -> None:
@@ -68,8 +68,16 @@ def refuse_unindexable(dataset, who: str, other_fix: str = "") -> None:
         )
 
 
-def check_prompt_sampling(dataset, args: BudgetGRPOConfig) -> None:
-    """Prompt sampling draws its candidates from the training data by index, pools no larger than the data."""
+def check_prompt_sampling(dataset, args: BudgetGRPOConfig, allocator) -> None:
+    """Prompt sampling draws its candidates from the training data by index, pools no larger than the data; by value,
+    with an allocator that values a prompt."""
+    if args.resolved_prompt_sampling() == "value" and not callable(getattr(allocator, "prompt_values", None)):
+        raise ValueError(
+            f"prompt_sampling='value' weighs each prompt by the allocator's value, but {allocator!r} "
+            f"(budget_allocator={args.budget_allocator!r}) values no prompt: it has no prompt_values(counts, "
+            "pass_rates, failure_rate). Choose budget_allocator='knapsack' or 'coba', give the allocator that "
+            "method, or set prompt_sampling='spo'."
+        )
     refuse_unindexable(dataset, f"prompt_sampling={args.resolved_prompt_sampling()!r} draws each batch's prompts")
     if args.prompt_sampling_pool is not None and args.prompt_sampling_pool > len(dataset):
         raise ValueError(

@@ -39,7 +39,7 @@ from .metrics import BudgetMetrics, relog_advantages, rule_in_effect
 from .per_prompt_engine import generate_prompt_by_prompt
 from .prior import BUDGET_COLUMN_SETTINGS, history_pass_rates
 from .probe import fresh_pass_rates
-from .prompt_sampling import SAMPLER_STATE_NAME, PromptSampler, spo_weights
+from .prompt_sampling import SAMPLER_STATE_NAME, PromptSampler
 from .prompts import check_repeated_layout, has_images, keys_of
 from .rewards import RewardReader, reward_func_name, success_reward_index
 from .rollout_plan import RolloutPlan, balanced_slot_order, checked_allocation, decided_on_main_process
@@ -102,8 +102,7 @@ class BudgetGRPOTrainer(GRPOTrainer):
                                     self.tracker.success_threshold, self.accelerator.is_main_process)
         self.budget_metrics = BudgetMetrics(self._metrics["train"], self.accelerator.is_main_process)
         self.prompt_stream = PromptStream.for_trainer(self) if args.budget_dynamic_sampling else None
-        self.prompt_sampler = (PromptSampler.for_trainer(self, spo_weights(self.spo.tracker.p_hats))
-                               if args.resolved_prompt_sampling() == "spo" else None)
+        self.prompt_sampler = PromptSampler.for_trainer(self)
         self._replayed = None  # completions generated prompt by prompt, for TRL's generation step to return
 
     def _set_signature_columns_if_needed(self):

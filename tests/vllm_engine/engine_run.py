@@ -1,6 +1,7 @@
 """Run by test_vllm_engine.py in a process of its own: BudgetGRPOTrainer against a real vLLM engine on CPU.
 
     engine_run.py MODEL_DIR OUTPUT_DIR                           # colocate mode; writes OUTPUT_DIR/report.json
+    engine_run.py MODEL_DIR OUTPUT_DIR spo                       # SPO as released (n = 1, its sampling), colocate
     engine_run.py MODEL_DIR OUTPUT_DIR per-prompt                # Reinforce-Ada's rounds prompt by prompt, colocate
     engine_run.py MODEL_DIR OUTPUT_DIR per-prompt HOST:PORT      # the same, sent to `trl vllm-serve` at HOST:PORT
     accelerate launch --num_processes 2 engine_run.py MODEL_DIR OUTPUT_DIR per-prompt [HOST:PORT]
@@ -197,6 +198,44 @@ def main_per_prompt(model_dir: str, output_dir: str, server: str | None = None) 
     Path(output_dir, name).write_text(json.dumps(report))
 
 
+def main_spo(model_dir: str, output_dir: str) -> None:
+    """SPO as released in colocate mode: 8 prompts a batch drawn by its weights from 10, one rollout each, KL-adaptive
+    rho from forward passes over the engine's completions under the trained policy."""
+    vllm_generation.VLLMGeneration.sync_weights = reload_in_place
+    batches = []
+
+    def parity_reward(prompts, completions, answer, **kwargs):
+        batches.append(list(zip(prompts, completions)))
+        return [float(len(completion) % 2 == int(a) % 2) for completion, a in zip(completions, answer)]
+
+    args = BudgetGRPOConfig(**config_kwargs(
+        output_dir, use_vllm=True, vllm_mode="colocate", vllm_gpu_memory_utilization=0.1, vllm_max_model_length=64,
+        max_completion_length=6, temperature=0.7, max_steps=4, per_device_train_batch_size=8,
+        budget_allocator="spo", max_generations=128, learning_rate=1e-4))
+    trainer = Recorder(model=model_dir, reward_funcs=parity_reward, args=args, train_dataset=copy_dataset(10),
+                       processing_class=None)
+    trainer.train()
+    plans, tokenizer = Recorder.plans, trainer.processing_class
+    kept = [(tokenizer.decode(response["prompt_ids"], skip_special_tokens=True),
+             tokenizer.decode(response["completion_ids"], skip_special_tokens=True),
+             len(response["log_probs"]) == len(response["completion_ids"]))
+            for response in trainer.spo.tracker.responses.values()]
+    report = {
+        "steps": trainer.state.global_step, "counts": [plan.counts.tolist() for plan in plans],
+        "rows_follow_plan": len(batches) == len(plans) and all(
+            Counter(p for p, _ in batch) == Counter(row["prompt"] for row in plan.prompts)
+            for batch, plan in zip(batches, plans)),
+        "drawn_from": len({key for plan in plans for key in plan.keys}),
+        "repeats": any(len(set(plan.keys)) < len(plan.keys) for plan in plans),
+        "strays": [(p, c) for batch in batches for p, c in batch if not belongs_to_its_prompt(p, c)][:10],
+        "misplaced": Recorder.misplaced[:10], "visits": sum(trainer.spo.tracker.visits.values()),
+        "kept_strays": [(p, c) for p, c, whole in kept if not (belongs_to_its_prompt(p, c) and whole)][:10],
+        "kept": len(kept), "weight_syncs": len(SYNCS),
+        "drift_logged": [entry["spo/D"] for entry in trainer.state.log_history if "spo/D" in entry],
+    }
+    Path(output_dir, "report.json").write_text(json.dumps(report))
+
+
 def greedy_answers(trainer, prompts: list[str]) -> dict[str, list[list[int]]]:
     """Greedy completions of `prompts` from the engine and from the trained model, as token ids."""
     from vllm import SamplingParams
@@ -218,5 +257,7 @@ def greedy_answers(trainer, prompts: list[str]) -> dict[str, list[list[int]]]:
 if __name__ == "__main__":
     if sys.argv[3:4] == ["per-prompt"]:
         main_per_prompt(*sys.argv[1:3], *sys.argv[4:5])
+    elif sys.argv[3:4] == ["spo"]:
+        main_spo(*sys.argv[1:3])
     else:
         main(*sys.argv[1:])

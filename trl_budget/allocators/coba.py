@@ -79,11 +79,15 @@ class CoBAAllocator(_BoundedAllocator):
         tau = 3.0 + 9.0 * min(max(float(p.var()) / 0.1667, 0.0), 1.0)
         return _SaturationCurve(alpha, beta, tau)
 
-    def value(self, counts, pass_rates, failure_rate: float | None = None) -> float:
+    def prompt_values(self, counts, pass_rates, failure_rate: float | None = None) -> np.ndarray:
+        """Each prompt's V(N, p) on the curve of these prompts (what `prompt_sampling="value"` weighs prompts by)."""
         counts, rates = self._check_counts(counts, pass_rates)
         _check_failure_rate(failure_rate)
         weight, rate = self.saturation_curve(rates, failure_rate).weight_and_rate(_clipped_pass_rates(rates))
-        return float(np.sum(-np.expm1(-counts * rate) * weight))
+        return -np.expm1(-counts * rate) * weight
+
+    def value(self, counts, pass_rates, failure_rate: float | None = None) -> float:
+        return float(np.sum(self.prompt_values(counts, pass_rates, failure_rate)))
 
     def allocate(self, pass_rates, budget: int, failure_rate: float | None = None,
                  prices: np.ndarray | None = None) -> np.ndarray:

@@ -79,9 +79,13 @@ class KnapsackAllocator(_BoundedAllocator):
         q = 1.0 - p
         return (1.0 - p**counts - q**counts) * p * q**2
 
-    def value(self, counts, pass_rates, failure_rate: float | None = None) -> float:
+    def prompt_values(self, counts, pass_rates, failure_rate: float | None = None) -> np.ndarray:
+        """Each prompt's value at its count (what `prompt_sampling="value"` weighs prompts by)."""
         counts, rates = self._check_counts(counts, pass_rates)
-        return float(self.prompt_value(counts, rates).sum())
+        return self.prompt_value(counts, rates)
+
+    def value(self, counts, pass_rates, failure_rate: float | None = None) -> float:
+        return float(self.prompt_values(counts, pass_rates, failure_rate).sum())
 
     def fallback_cost(self, pass_rates: np.ndarray) -> np.ndarray:
         """`int(min(max_generations, cost(p)))` per mixed prompt: the release's estimate, truncated as it truncates."""
