@@ -41,6 +41,16 @@ complete seeds and is not judged. The table comes from `python benchmarks/fifth_
 runs stored then record the package's digest on disk when each ended (`code`: 2520d166093fc429 for the first 17,
 e66b648ffd0c3d4d after others' changes to the package); the one process that trained them all had imported the
 package at 09:10 and trained with that. Later runs record both digests.
+
+Pilot 1's answer: no candidate qualifies. Uniform GRPO does not learn this task at these steps: held-out accuracy
+stays at the start (3-4-5 at 1e-4: 0.325 -> 0.334 with n = 8, 0.334 with n = 16), training accuracy barely moves
+(0.35 -> 0.38) while the policy's entropy halves: the policy sharpens onto the answers it already gives.
+
+Pilot 2 (`--pilot 2`), pre-registered here after pilot 1's table and before any of its runs: larger steps, and a mix
+with more mixed prompts. Candidates: 3, 4 and 5 digits at constant learning rates 5e-4 and 1e-3; 2, 3 and 4 digits
+(level 0 added: 3 sign strings to choose from, most of its prompts all-pass at the start, so the waste criterion is
+met by easy prompts as well as hard ones) at 5e-4 and 1e-3. Seeds 404-407, paired, fresh. Everything else as pilot 1:
+the budget, the arms, the criteria, the order of training; results in results/pilot_2.json.
 """
 
 from __future__ import annotations
@@ -64,7 +74,7 @@ from trl_budget.demo.task import split_problems, task_named
 
 RESULTS = Path(__file__).resolve().parent / "results"
 TASK = "equations"
-SEEDS = (400, 401, 402, 403)
+PILOT_SEEDS = {1: (400, 401, 402, 403), 2: (404, 405, 406, 407)}
 BUDGET = 960
 FIRST_EPOCH_BATCHES = 23  # 1 500 prompts, 64 per batch
 # Name -> (levels of the equations task, constant learning rate).
@@ -72,13 +82,20 @@ CANDIDATES: dict[str, tuple[tuple[int, ...], float]] = {
     "eq-4-5-6-1e-4": ((2, 3, 4), 1e-4), "eq-4-5-6-2e-4": ((2, 3, 4), 2e-4),
     "eq-3-4-5-1e-4": ((1, 2, 3), 1e-4), "eq-3-4-5-2e-4": ((1, 2, 3), 2e-4),
 }
+# Pilot 2's candidates, after pilot 1's table.
+PILOT_2_CANDIDATES: dict[str, tuple[tuple[int, ...], float]] = {
+    "eq-3-4-5-5e-4": ((1, 2, 3), 5e-4), "eq-3-4-5-1e-3": ((1, 2, 3), 1e-3),
+    "eq-2-3-4-5e-4": ((0, 1, 2), 5e-4), "eq-2-3-4-1e-3": ((0, 1, 2), 1e-3),
+}
+PILOTS = {1: CANDIDATES, 2: PILOT_2_CANDIDATES}
+ALL_CANDIDATES = {**CANDIDATES, **PILOT_2_CANDIDATES}
 WASTE_SHARE, ROOM_POINTS = 0.4, 0.01
 # The package's code as this script imported it (its worker processes train with that code, whatever changes on disk).
 CODE_AT_IMPORT = code_digest()
 
 
 def settings_for(candidate: str, num_generations: int) -> RLSettings:
-    levels, rate = CANDIDATES[candidate]
+    levels, rate = ALL_CANDIDATES[candidate]
     return replace(RLSettings.study(BUDGET), levels=levels, learning_rate=rate, num_generations=num_generations)
 
 
@@ -141,10 +158,10 @@ def waste(run: dict, first_epoch: bool) -> float:
     return float(1 - with_gradient)
 
 
-def judge(candidate: str, runs: dict) -> dict:
+def judge(candidate: str, runs: dict, pilot_seeds: tuple[int, ...]) -> dict:
     """The candidate's criteria from its runs keyed by (num_generations, seed), over the seeds with both arms in."""
-    seeds = [seed for seed in SEEDS if (8, seed) in runs and (16, seed) in runs]
-    row = {"levels": CANDIDATES[candidate][0], "learning_rate": CANDIDATES[candidate][1], "seeds": seeds}
+    seeds = [seed for seed in pilot_seeds if (8, seed) in runs and (16, seed) in runs]
+    row = {"levels": ALL_CANDIDATES[candidate][0], "learning_rate": ALL_CANDIDATES[candidate][1], "seeds": seeds}
     if not seeds:
         return {**row, "qualifies": None}
     eight, sixteen = [runs[8, seed] for seed in seeds], [runs[16, seed] for seed in seeds]
@@ -169,7 +186,7 @@ def judge(candidate: str, runs: dict) -> dict:
             "room": float(room.mean()), "room_ci95": [float(low), float(high)],
             "room_paired_sd": float(room.std(ddof=1)) if len(seeds) > 1 else None,
             "seconds_n8": [run["seconds"] for run in eight], "seconds_n16": [run["seconds"] for run in sixteen],
-            "criteria": criteria, "qualifies": all(criteria.values()) if len(seeds) == len(SEEDS) else None}
+            "criteria": criteria, "qualifies": all(criteria.values()) if len(seeds) == len(pilot_seeds) else None}
 
 
 def describe_start(samples: int = 8) -> dict:
@@ -215,11 +232,14 @@ def print_table(candidates: dict) -> None:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--describe-start", action="store_true", help="the warm start per level; no RL")
-    parser.add_argument("--candidates", nargs="+", choices=list(CANDIDATES), default=list(CANDIDATES))
+    parser.add_argument("--pilot", type=int, choices=list(PILOTS), default=1, help="which pilot (default: 1)")
+    parser.add_argument("--candidates", nargs="+", choices=list(ALL_CANDIDATES),
+                        help="some of the pilot's candidates (default: all of them)")
     parser.add_argument("--processes", type=int, default=1, help="runs trained at once (default: 1)")
     parser.add_argument("--stored-only", action="store_true", help="judge the stored runs; train nothing")
     args = parser.parse_args(argv)
-    output = RESULTS / "pilot.json"
+    candidates, seeds = args.candidates or list(PILOTS[args.pilot]), PILOT_SEEDS[args.pilot]
+    output = RESULTS / ("pilot.json" if args.pilot == 1 else f"pilot_{args.pilot}.json")
     report = json.loads(output.read_text()) if output.exists() else {}
     if args.describe_start:
         report["warm_start_by_level"] = describe_start()
@@ -227,7 +247,7 @@ def main(argv=None) -> None:
         output.parent.mkdir(parents=True, exist_ok=True)
         output.write_text(json.dumps(report, indent=2) + "\n")
         return
-    jobs = [(name, n, seed) for name in args.candidates for seed in SEEDS for n in (8, 16)]
+    jobs = [(name, n, seed) for name in candidates for seed in seeds for n in (8, 16)]
     if args.stored_only:
         done = {job: stored["result"] for job in jobs
                 if (stored := stored_run(RESULTS / "run_cache", run_name(*job), run_key(*job))) is not None}
@@ -235,7 +255,7 @@ def main(argv=None) -> None:
         with ProcessPoolExecutor(args.processes) as pool:
             done = dict(zip(jobs, pool.map(pilot_run, *zip(*jobs))))
     report["candidates"] = {name: judge(name, {(n, seed): run for (job_name, n, seed), run in done.items()
-                                               if job_name == name}) for name in args.candidates}
+                                               if job_name == name}, seeds) for name in candidates}
     report["machines"] = [json.loads(entry) for entry in sorted({json.dumps(run["machine"], sort_keys=True)
                                                                   for run in done.values()})]
     threads = os.environ.get("OMP_NUM_THREADS")
