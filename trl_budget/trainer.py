@@ -421,11 +421,17 @@ class BudgetGRPOTrainer(GRPOTrainer):
         mine = list(range(rank * share, min((rank + 1) * share, len(prompts))))
         rows = mine + [mine[-1] if mine else 0] * (share - len(mine))
         device, pad_id = self.accelerator.device, getattr(self, "_tokenizer", self.processing_class).pad_token_id
-        prompt_ids = pad([torch.tensor(prompts[i], device=device) for i in rows], pad_id, padding_side="left")
+        # Token ids as integers even where a completion is empty (a truncated one under mask_truncated_completions
+        # keeps no token), and at least one completion column, so that the forward pass keeps the completion's logits.
+        width = max([1] + [len(completions[i]) for i in rows])
+        prompt_ids = pad([torch.tensor(prompts[i], device=device, dtype=torch.long) for i in rows], pad_id,
+                         padding_side="left")
         prompt_mask = pad([torch.ones(len(prompts[i]), device=device, dtype=torch.long) for i in rows], 0,
                           padding_side="left")
-        completion_ids = pad([torch.tensor(completions[i], device=device) for i in rows], pad_id)
-        completion_mask = pad([torch.ones(len(completions[i]), device=device, dtype=torch.long) for i in rows], 0)
+        completion_ids = pad([torch.tensor(completions[i] + [pad_id] * (width - len(completions[i])), device=device,
+                                           dtype=torch.long) for i in rows], pad_id)
+        completion_mask = pad([torch.tensor([1] * len(completions[i]) + [0] * (width - len(completions[i])),
+                                            device=device, dtype=torch.long) for i in rows], 0)
         with torch.no_grad(), disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
             log_probs, _, _ = self._get_per_token_logps_and_entropies(
                 self.model, torch.cat([prompt_ids, completion_ids], dim=1),
