@@ -25,3 +25,18 @@ def test_the_drift_forward_pass_takes_completions_that_are_all_empty(tmp_path, t
     assert [array.shape for array in log_probs] == [(0,), (0,)]
     mixed = trainer._policy_log_probs([[1, 2, 3], [4, 5]], [[], [6, 7]])
     assert [array.shape for array in mixed] == [(0,), (2,)] and np.all(mixed[1] < 0)
+
+
+def test_clip_lower_is_refused_where_nothing_reads_it(tmp_path):
+    # spo_rho_clip_lower is read by KL-adaptive rho (its lower clip) and by the prior from offline scores (its weight
+    # 1 / (1 - clip_lower)); with a constant rho and no offline scores it would be ignored.
+    import pytest
+
+    from helpers import config_kwargs
+    from trl_budget import BudgetGRPOConfig
+
+    with pytest.raises(ValueError, match="^spo_rho_clip_lower=0.5 is read only by KL-adaptive rho"):
+        BudgetGRPOConfig(**config_kwargs(tmp_path, advantage_baseline="spo", spo_rho=0.9, spo_rho_clip_lower=0.5))
+    for readers in ({"spo_rho": "kl"}, {"spo_rho": 0.9, "spo_offline_sampling": True}):
+        args = BudgetGRPOConfig(**config_kwargs(tmp_path, advantage_baseline="spo", spo_rho_clip_lower=0.5, **readers))
+        assert args.make_spo_tracker().clip_lower == 0.5

@@ -652,6 +652,9 @@ class BudgetGRPOConfig(GRPOConfig):
         if "spo_offline_n" in changed and not self.has_spo_offline_scores():
             refuse("spo_offline_n", "with offline scores (spo_offline_values, spo_offline_column or "
                                     "spo_offline_sampling)")
+        if "spo_rho_clip_lower" in changed and _parsed_rho(self.spo_rho) != "kl" and not self.has_spo_offline_scores():
+            refuse("spo_rho_clip_lower", "by KL-adaptive rho (spo_rho='kl') and by the prior from offline scores "
+                                         "(spo_offline_values, spo_offline_column or spo_offline_sampling)")
         if "prompt_sampling_pool" in changed and self.resolved_prompt_sampling() is None:
             refuse("prompt_sampling_pool", "with prompt sampling (prompt_sampling='spo' or 'value')")
 
