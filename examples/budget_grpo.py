@@ -14,7 +14,7 @@ same script, for those who launch it themselves; the math recipes of both releas
 of `examples/dapo_math.py`:
 
     CUDA_VISIBLE_DEVICES=0,1,2,3 trl vllm-serve --model Qwen/Qwen2.5-7B-Instruct --data_parallel_size 4
-    CUDA_VISIBLE_DEVICES=4,5,6,7 accelerate launch --config_file trl_budget/accelerate_configs/zero3.yaml \\
+    CUDA_VISIBLE_DEVICES=4,5,6,7 accelerate launch --config_file accelerate_configs/zero3.yaml \\
         --num_processes 4 examples/budget_grpo.py --config examples/knapsack_rl.yaml --gradient_accumulation_steps 4 \\
         --model_name_or_path Qwen/Qwen2.5-7B-Instruct --use_vllm --vllm_mode server
 

@@ -18,7 +18,7 @@ from trl_budget.scripts import grpo as budget_grpo
 
 ROOT = Path(__file__).resolve().parents[1]
 TRL_CONFIGS = Path(budget_grpo.trl.__file__).with_name("accelerate_configs")
-OUR_CONFIGS = ROOT / "trl_budget" / "accelerate_configs"
+OUR_CONFIGS = ROOT / "accelerate_configs"
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ from trl_budget.demo.tiny import build_char_tokenizer, build_tiny_model
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "examples" / "budget_grpo.py"
-CONFIGS = sorted((ROOT / "trl_budget" / "accelerate_configs").glob("*.yaml"))
+CONFIGS = sorted((ROOT / "accelerate_configs").glob("*.yaml"))
 pytestmark = pytest.mark.slow
 
 from trl_budget.scripts import grpo as budget_grpo
@@ -135,7 +135,7 @@ def test_accelerate_configs_load(config):
 
 def test_two_process_launch_through_the_ddp_config(tiny_chat_model, dapo_folder, tmp_path):
     launcher = (sys.executable, "-m", "accelerate.commands.launch", "--config_file",
-                str(ROOT / "trl_budget" / "accelerate_configs" / "ddp.yaml"), "--num_processes", "2", "--mixed_precision", "no")
+                str(ROOT / "accelerate_configs" / "ddp.yaml"), "--num_processes", "2", "--mixed_precision", "no")
     result = run_script(small_run(tiny_chat_model, dapo_folder, tmp_path / "out", "--per_device_train_batch_size",
                                   "4"), launcher=launcher)
     assert (tmp_path / "out" / "model.safetensors").exists()
@@ -243,7 +243,7 @@ def test_trl_budget_grpo_trains_what_trl_grpo_trains(tiny_chat_model, tmp_path, 
               "--num_processes", "2", "--mixed_precision", "no", "--max_steps", "2", "--per_device_train_batch_size",
               "4", "--num_generations", "4", "--max_completion_length", "6", "--use_cpu", "--report_to", "none",
               "--save_strategy", "steps", "--save_steps", "2", "--logging_steps", "1", "--bf16", "false"]
-    ddp = str(ROOT / "trl_budget" / "accelerate_configs" / "ddp.yaml")
+    ddp = str(ROOT / "accelerate_configs" / "ddp.yaml")
     theirs = first_losses([sys.executable, "-m", "trl.cli.main", "grpo", "--accelerate_config", ddp, *common, "--output_dir",
                            str(tmp_path / "trl")], tmp_path, tmp_path / "trl", must_exit=False)
     ours = first_losses([sys.executable, "-m", "trl_budget", "grpo", "--accelerate_config", "ddp", *common,

@@ -17,7 +17,7 @@ from .demo.settings import REINFORCE_ADA_AT_EQUAL_COST, REINFORCE_ADA_TRAINED, R
 
 
 # The demo's default is what the fourth study found pays in this regime: uniform GRPO with each prompt's history as
-# its advantage baseline, against uniform GRPO (benchmarks/fourth_study.py, its first primary comparison).
+# its advantage baseline, against uniform GRPO (benchmarks/fourth_study/fourth_study.py, its first primary comparison).
 DEMO_ALLOCATOR, DEMO_PROBE, DEMO_BASELINE = "uniform", 0, "history"
 DEMO_BASELINES = ("group", "history")  # the two the fourth study compares; Reinforce-Ada's own is its default
 # Each written by its study from its stored runs: the allocation study's (an allocator against uniform GRPO) and the
@@ -271,7 +271,17 @@ configs or of TRL's (zero1, multi_gpu, ...); this project's: {ours}.
 Below, the budget settings, then every flag of `trl grpo`, with its type and default. Each --FIELD_NAME is also
 --FIELD-NAME; a true/false field takes `--FIELD false`. --resume_from_checkpoint true (or latest) resumes from the
 newest complete checkpoint of --output_dir."""
-ACCELERATE_CONFIGS = Path(__file__).with_name("accelerate_configs")
+
+
+def _accelerate_configs() -> Path:
+    """This project's accelerate configs, one copy at the repository's top level (accelerate_configs/): in a built wheel
+    they sit beside this module (pyproject.toml maps the folder to `trl_budget.accelerate_configs`), in a checkout or an
+    editable install the repository's own folder is read."""
+    packaged = Path(__file__).with_name("accelerate_configs")
+    return packaged if any(packaged.glob("*.yaml")) else Path(__file__).resolve().parents[1] / "accelerate_configs"
+
+
+ACCELERATE_CONFIGS = _accelerate_configs()
 # Where --help reads each dataclass the script parses, and each one they extend: class name -> (package, file).
 HELP_SOURCES = {
     "BudgetGRPOConfig": ("trl_budget", "config.py"),
