@@ -40,3 +40,36 @@ def test_clip_lower_is_refused_where_nothing_reads_it(tmp_path):
     for readers in ({"spo_rho": "kl"}, {"spo_rho": 0.9, "spo_offline_sampling": True}):
         args = BudgetGRPOConfig(**config_kwargs(tmp_path, advantage_baseline="spo", spo_rho_clip_lower=0.5, **readers))
         assert args.make_spo_tracker().clip_lower == 0.5
+
+
+def test_kl_adaptive_rho_is_refused_for_prompts_with_images_and_a_constant_rho_trains_them(tmp_path):
+    # The drift's forward pass scores a kept response from its token ids alone: before, a vision prompt's drift was
+    # measured without its image, silently.
+    import pytest
+    from datasets import Dataset
+    from helpers import config_kwargs
+    from PIL import Image
+    from test_vision import build_tiny_llava, first_token_parity
+    from transformers import LlavaForConditionalGeneration, LlavaProcessor
+
+    from trl_budget import BudgetGRPOConfig, BudgetGRPOTrainer
+
+    folder = build_tiny_llava(tmp_path / "llava")
+    rng = np.random.default_rng(0)
+    data = Dataset.from_list([{"prompt": [{"role": "user", "content": "3+4="}],
+                               "image": Image.fromarray((rng.random((28, 28, 3)) * 255).astype("uint8"))}
+                              for _ in range(2)])
+
+    def trainer(**options):
+        kwargs = config_kwargs(tmp_path / "out", max_steps=2, bf16=False, budget_allocator="spo", max_generations=128,
+                               **options)
+        kwargs.pop("min_generations")
+        return BudgetGRPOTrainer(model=LlavaForConditionalGeneration.from_pretrained(folder),
+                                 reward_funcs=first_token_parity, args=BudgetGRPOConfig(**kwargs), train_dataset=data,
+                                 processing_class=LlavaProcessor.from_pretrained(folder))
+
+    with pytest.raises(ValueError, match="spo_rho='kl' .* would leave its images out"):
+        trainer()
+    constant = trainer(spo_rho=0.875)
+    constant.train()
+    assert constant.state.global_step == 2 and sum(constant.spo.tracker.visits.values()) == 8

@@ -17,7 +17,8 @@ from .rollout_plan import checked_allocation
 
 logger = logging.get_logger(__name__)
 
-__all__ = ["check_before_building", "check_prompt_id_column", "refuse_images_in_rounds"]
+__all__ = ["check_before_building", "check_prompt_id_column", "refuse_images_in_rounds",
+           "refuse_images_under_kl_adaptive_rho"]
 
 
 def check_before_building(args: BudgetGRPOConfig, allocator, tracker, train_dataset, agent_options: dict) -> None:
@@ -50,6 +51,7 @@ def check_before_building(args: BudgetGRPOConfig, allocator, tracker, train_data
     args.check_baseline_scaling(args.resolved_advantage_baseline(allocator))  # an allocator object's baseline
     if dataset_shows_images(train_dataset):
         refuse_images_in_rounds(allocator, args)
+        refuse_images_under_kl_adaptive_rho(args, allocator)
     warn_if_rounds_cannot_follow_the_first(allocator, args, prompts_per_batch)
     if args.budget_dynamic_sampling:
         check_dynamic_sampling(allocator, train_dataset, prompts_per_batch * args.budget_dynamic_sampling_oversample)
@@ -261,6 +263,17 @@ def check_rounds_allocator(allocator, args: BudgetGRPOConfig, prompts_per_batch:
                          f"num_generations={args.num_generations} of each; build it with default_generations="
                          f"{args.num_generations}.")
     allocator.check_batch(prompts_per_batch, args.world_size)
+
+
+def refuse_images_under_kl_adaptive_rho(args: BudgetGRPOConfig, allocator) -> None:
+    """KL-adaptive rho scores each prompt's kept response again from its token ids alone: without its images the
+    policy's log-probabilities, and so the drift, are not those of the prompt it trained on."""
+    if args.uses_spo_tracker(allocator) and args.spo_rho == "kl":
+        raise ValueError(
+            "The training prompts show images, and spo_rho='kl' (KL-adaptive rho, SPO's default) measures each "
+            "prompt's drift by scoring its kept response again from its token ids, which would leave its images out. "
+            "Set spo_rho to a constant forgetting factor (the release's constant is 0.875)."
+        )
 
 
 def dataset_shows_images(dataset) -> bool:

@@ -46,7 +46,7 @@ from .rollout_plan import RolloutPlan, balanced_slot_order, checked_allocation, 
 from .round_rules import OneShot, ProbeThenAllocate, UntilMixed, top_up
 from .rounds import GeneratedRounds
 from .setup_checks import (check_before_building, check_prompt_id_column, check_trainer_objects,
-                           refuse_images_in_rounds)
+                           refuse_images_in_rounds, refuse_images_under_kl_adaptive_rho)
 from .spo_stage import SPO_STATE_NAME, SPOStage
 from .tracker import CapabilityTracker
 
@@ -133,8 +133,10 @@ class BudgetGRPOTrainer(GRPOTrainer):
         failure_rate = self.tracker.failure_rate
         rule = self._round_rule(prompts, keys, history_rates, len(inputs) * self.accelerator.num_processes,
                                 failure_rate)
-        if not rule.single_round and any(has_images(row) for row in prompts):  # a streamed dataset's images
-            refuse_images_in_rounds(self.allocator, self.args)
+        if any(has_images(row) for row in prompts):  # a streamed dataset's images
+            if not rule.single_round:
+                refuse_images_in_rounds(self.allocator, self.args)
+            refuse_images_under_kl_adaptive_rho(self.args, self.allocator)
         zero_std_logged = len(self._metrics["train"]["frac_reward_zero_std"])
         rounds, trl_layout = self._generate_rounds(rule, prompts)
         if len(prompts) > len(history_rates):  # dynamic sampling drew more prompts: their history (not yet updated)
