@@ -106,9 +106,19 @@ class NegativeValues(UniformAllocator):
         return -np.ones(len(pass_rates))
 
 
-def test_values_that_cannot_weigh_a_prompt_are_refused_naming_the_method(tmp_path, tokenizer):
-    trainer = make_trainer(tmp_path, tokenizer, max_steps=1, dataset=split_dataset(), allocator=NegativeValues(2, 8),
-                           **VALUE)
+def test_values_that_cannot_weigh_a_prompt_are_refused_before_the_model_loads(tmp_path, tokenizer):
     with pytest.raises(ValueError, match=r"NegativeValues.prompt_values, which must give one finite value >= 0 per "
-                                         r"prompt \(12\), but gave"):
-        trainer.train()
+                                         r"prompt with a pass rate \(5 prompts\), but gave"):
+        make_trainer(tmp_path, tokenizer, model="not-loaded", allocator=NegativeValues(2, 8), **VALUE)
+
+
+class NoValueUnseen(KnapsackAllocator):
+    """Knapsack RL's values, NaN for a prompt without a pass rate."""
+
+    def prompt_values(self, counts, pass_rates, failure_rate=None):
+        return np.where(np.isnan(pass_rates), np.nan, super().prompt_values(counts, pass_rates, failure_rate))
+
+
+def test_an_unseen_prompts_value_is_never_read(tmp_path, tokenizer):
+    make_trainer(tmp_path, tokenizer, max_steps=2, dataset=split_dataset(), allocator=NoValueUnseen(2, 8),
+                 reward_funcs=easy_half_reward, **VALUE).train()

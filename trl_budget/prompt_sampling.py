@@ -33,7 +33,7 @@ from .rollout_plan import decided_on_main_process
 from .spo import draw_prompts, sampling_weights
 
 __all__ = ["PROMPT_SAMPLING_RULES", "PromptSampler", "SAMPLER_STATE_NAME", "allocator_value_weights",
-           "spo_weights", "value_sampling_weights"]
+           "checked_prompt_values", "spo_weights", "value_sampling_weights"]
 
 SAMPLER_STATE_NAME = "budget_prompt_sampler.json"
 _BANDS = np.array([0.0, 0.2, 0.4, 0.6, 0.8, 1.0])
@@ -65,16 +65,25 @@ def allocator_value_weights(allocator, tracker, args) -> Callable:
 
     def weights(keys: list[str], rows_of: Callable) -> tuple[np.ndarray, np.ndarray]:
         rates, _, _ = history_pass_rates(tracker, rows_of() if reads_rows else [], keys, args)
-        values = np.asarray(allocator.prompt_values(np.full(len(keys), args.num_generations), rates,
-                                                    tracker.failure_rate), dtype=np.float64)
-        if values.shape != rates.shape or not np.all(np.isfinite(values) & (values >= 0)):
-            bad = values if values.shape != rates.shape else values[~(np.isfinite(values) & (values >= 0))][:3]
-            raise ValueError(f"prompt_sampling='value' weighs prompts by {type(allocator).__name__}.prompt_values, "
-                             f"which must give one finite value >= 0 per prompt ({len(keys)}), but gave {shown(bad)}. "
-                             "Fix the allocator's prompt_values.")
+        values = checked_prompt_values(allocator, rates, args.num_generations, tracker.failure_rate)
         return value_sampling_weights(values, rates), rates
 
     return weights
+
+
+def checked_prompt_values(allocator, pass_rates: np.ndarray, generations: int, failure_rate) -> np.ndarray:
+    """`allocator.prompt_values` at `generations` rollouts each: one finite value >= 0 per prompt with a pass rate
+    (an unseen prompt's value is never read: it weighs as the most valuable)."""
+    values = np.asarray(allocator.prompt_values(np.full(len(pass_rates), generations), pass_rates, failure_rate),
+                        dtype=np.float64)
+    if values.shape == pass_rates.shape:
+        values = np.where(np.isnan(pass_rates), 0.0, values)
+    if values.shape != pass_rates.shape or not np.all(np.isfinite(values) & (values >= 0)):
+        bad = values if values.shape != pass_rates.shape else values[~(np.isfinite(values) & (values >= 0))][:3]
+        raise ValueError(f"prompt_sampling='value' weighs prompts by {type(allocator).__name__}.prompt_values, which "
+                         f"must give one finite value >= 0 per prompt with a pass rate ({len(pass_rates)} prompts), "
+                         f"but gave {shown(bad)}. Fix the allocator's prompt_values.")
+    return values
 
 
 PROMPT_SAMPLING_RULES = ("spo", "value")

@@ -12,6 +12,7 @@ from .checks import is_missing
 from .config import BudgetGRPOConfig
 from .dynamic_sampling import refuse_short_dataset
 from .prior import arrow_missing, check_prior_columns, first_row_where
+from .prompt_sampling import checked_prompt_values
 from .prompts import IMAGE_COLUMNS, has_images, missing_id_error
 from .rollout_plan import checked_allocation
 
@@ -80,6 +81,8 @@ def check_prompt_sampling(dataset, args: BudgetGRPOConfig, allocator) -> None:
             "pass_rates, failure_rate). Choose budget_allocator='knapsack' or 'coba', give the allocator that "
             "method, or set prompt_sampling='spo'."
         )
+    if args.resolved_prompt_sampling() == "value":  # a broken prompt_values fails here, before any model is loaded
+        checked_prompt_values(allocator, np.array([np.nan, 0.0, 0.25, 0.5, 1.0]), args.num_generations, None)
     refuse_unindexable(dataset, f"prompt_sampling={args.resolved_prompt_sampling()!r} draws each batch's prompts")
     if args.prompt_sampling_pool is not None and args.prompt_sampling_pool > len(dataset):
         raise ValueError(
