@@ -337,7 +337,7 @@ def test_fourth_study_trains_only_with_the_code_its_runs_executed(tmp_path, monk
 def test_the_demo_prints_the_answer_the_study_recorded():
     from trl_budget.cli import STUDY_ANSWER, study_answer
 
-    study = json.loads((ROOT / "benchmarks" / "results" / "compare_allocators.json").read_text())
+    study = json.loads((ROOT / "benchmarks" / "second_study" / "results" / "compare_allocators.json").read_text())
     recorded = json.loads(STUDY_ANSWER.read_text())
     assert recorded["primary"] == study["primary"] and study_answer() == study["answer"] == recorded["answer"]
     primary, readme = study["primary"], (ROOT / "README.md").read_text()  # and the README states the same figures
@@ -349,7 +349,7 @@ def test_the_demo_prints_the_answer_the_study_recorded():
 def test_the_demo_prints_the_answer_the_fourth_study_recorded_for_its_default_pair():
     from trl_budget.cli import BASELINE_ANSWER, DEMO_ALLOCATOR, DEMO_BASELINE, study_answer
 
-    study = json.loads((ROOT / "benchmarks" / "results" / "fourth_study.json").read_text())
+    study = json.loads((ROOT / "benchmarks" / "fourth_study" / "results" / "fourth_study.json").read_text())
     recorded = json.loads(BASELINE_ANSWER.read_text())
     primary = study["primary"][recorded["comparison"]]
     assert recorded["comparison"] == "arithmetic: uniform-n8-history - uniform-n8"
@@ -361,7 +361,7 @@ def test_the_demo_prints_the_answer_the_fourth_study_recorded_for_its_default_pa
 
 
 def test_the_readme_states_the_third_studys_primary_answer_as_recorded():
-    study = json.loads((ROOT / "benchmarks" / "results" / "rounds_study.json").read_text())
+    study = json.loads((ROOT / "benchmarks" / "third_study" / "results" / "rounds_study.json").read_text())
     primary, readme = study["primary"], (ROOT / "README.md").read_text()
     low, high = primary["ci95"]
     assert primary["complete"] and primary["seeds"] == 20 and not primary["significant"]
@@ -372,7 +372,7 @@ def test_the_readme_states_the_third_studys_primary_answer_as_recorded():
 
 
 def test_the_readme_states_the_fourth_studys_primaries_as_recorded():
-    study = json.loads((ROOT / "benchmarks" / "results" / "fourth_study.json").read_text())
+    study = json.loads((ROOT / "benchmarks" / "fourth_study" / "results" / "fourth_study.json").read_text())
     readme = " ".join((ROOT / "README.md").read_text().split())
     for name, primary in study["primary"].items():
         low, high = primary["ci95"]
@@ -391,7 +391,7 @@ def test_the_readme_states_the_fourth_studys_primaries_as_recorded():
 def test_the_fourth_study_page_states_every_figure_as_recorded():
     from trl_budget.demo.report import comparison_cells
 
-    study = json.loads((ROOT / "benchmarks" / "results" / "fourth_study.json").read_text())
+    study = json.loads((ROOT / "benchmarks" / "fourth_study" / "results" / "fourth_study.json").read_text())
     page = " ".join((ROOT / "docs" / "studies" / "fourth.md").read_text().split())
 
     def stated(test: dict, cell: str = "diff") -> str:
@@ -414,8 +414,8 @@ def test_the_fourth_study_page_states_every_figure_as_recorded():
 
 
 def test_the_readme_states_the_demos_recorded_figures():
-    # benchmarks/results/demo.json: what `trl-budget demo` printed, and the digest of the code that printed it.
-    demo = json.loads((ROOT / "benchmarks" / "results" / "demo.json").read_text())
+    # benchmarks/demo/results/demo.json: what `trl-budget demo` printed, and the digest of the code that printed it.
+    demo = json.loads((ROOT / "benchmarks" / "demo" / "results" / "demo.json").read_text())
     history, uniform = demo["summary"]["uniform-history"], demo["summary"]["uniform"]
     readme = " ".join((ROOT / "README.md").read_text().split())
     assert (f"({history['effective_ratio_mean']:.3f} against {uniform['effective_ratio_mean']:.3f}) and ends at "
@@ -495,7 +495,7 @@ def test_the_demo_and_the_study_start_where_the_readme_and_the_study_say():
     accuracy = exact_match_accuracy(model, PreTrainedTokenizerFast.from_pretrained(SHIPPED_WARM_START), held_out)
     assert f"greedy accuracy {accuracy['accuracy']:.3f} on the study's 1 000 held-out problems" in (
         ROOT / "README.md").read_text()
-    study = json.loads((ROOT / "benchmarks" / "results" / "compare_allocators.json").read_text())
+    study = json.loads((ROOT / "benchmarks" / "second_study" / "results" / "compare_allocators.json").read_text())
     assert study["start_accuracy"] == pytest.approx(accuracy["accuracy"])
 
 

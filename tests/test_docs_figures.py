@@ -1,6 +1,6 @@
 """The figures the README and the docs state about the studies, read back from the stored results they come from.
 
-Each test formats the figures from `benchmarks/results/*.json` (and the stored runs) and finds them in the page's
+Each test formats the figures from `benchmarks/*/results/*.json` (and the stored runs) and finds them in the page's
 text; on the README's results and on the decision page (`docs/choosing.md`), every figure left once those are taken
 out fails the test, so a figure without a stored result behind it cannot be stated there.
 """
@@ -15,20 +15,22 @@ import pytest
 from trl_budget.demo.report import comparison_cells
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results"
+BENCHMARKS = ROOT / "benchmarks"
 FIGURE = re.compile(r"\d\.\d|\d%|\d×")  # a decimal, a share or a ratio: what a stated result looks like
 
 
-def read(name: str) -> dict:
-    return json.loads((RESULTS / name).read_text())
+def read(path: str) -> dict:
+    return json.loads((BENCHMARKS / path).read_text())
 
 
 def page(path: str) -> str:
     return " ".join((ROOT / path).read_text().split())
 
 
-SECOND, THIRD, FOURTH = read("compare_allocators.json"), read("rounds_study.json"), read("fourth_study.json")
-ENGINE = {name: read(f"{name}.json")["modes"]["colocate"]["arms"]
+SECOND = read("second_study/results/compare_allocators.json")
+THIRD = read("third_study/results/rounds_study.json")
+FOURTH = read("fourth_study/results/fourth_study.json")
+ENGINE = {name: read(f"engine_cost/results/{name}.json")["modes"]["colocate"]["arms"]
           for name in ("rounds_engine_cost-real", "rounds_engine_cost-real-more")}
 
 
@@ -369,7 +371,8 @@ def test_matched_engine_time_figures_do_not_depend_on_the_fits_normalization():
 # The fourth study's page: where the arms that treat unseen prompts as uniform does depart from uniform.
 
 def stored_run(regime: str, label: str, seed: int) -> dict:
-    (path,) = (RESULTS / "run_cache").glob(f"fourth-study-{regime}-{label}-{seed}-*.json")
+    runs = BENCHMARKS / "fourth_study" / "results" / "run_cache"
+    (path,) = runs.glob(f"fourth-study-{regime}-{label}-{seed}-*.json")
     return json.loads(path.read_text())["result"]
 
 

@@ -1,5 +1,6 @@
-"""benchmarks/per_prompt_rounds.py's schedules: the rollouts the package's round rules decide for scripted outcomes, and
-the first round whose decisions the prompts share (from there on a per-prompt path must wait for every prompt)."""
+"""benchmarks/engine_cost/per_prompt_rounds.py's schedules: the rollouts the package's round rules decide for scripted
+outcomes, and the first round whose decisions the prompts share (from there on a per-prompt path must wait for every
+prompt)."""
 
 import numpy as np
 import pytest

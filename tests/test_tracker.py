@@ -196,4 +196,4 @@ def test_memory_per_prompt_stays_small():
     gc.collect()
     held = tracemalloc.get_traced_memory()[0] - start
     tracemalloc.stop()
-    assert held / prompts <= 300  # bytes; benchmarks/tracker_scale.py measures 10^6 prompts
+    assert held / prompts <= 300  # bytes; benchmarks/overhead/tracker_scale.py measures 10^6 prompts

@@ -3,8 +3,9 @@
 All solvers maximise the same objective (Knapsack RL without fallback, and CoBA-RL), so their values must agree; the
 figures are ratios measured side by side in one run.
 
-    python benchmarks/allocator_speed.py            # 512 prompts / B = 8192, 1e5 prompts / B = 1e6, and N_up 400 000
-    python benchmarks/allocator_speed.py --quick    # small sizes, seconds
+    python benchmarks/allocation_time/allocator_speed.py          # 512 prompts / B = 8192, 1e5 / B = 1e6, N_up 400 000
+    python benchmarks/allocation_time/allocator_speed.py --quick  # small sizes, seconds
+Until the move to benchmarks/allocation_time/ this script was benchmarks/allocator_speed.py.
 """
 
 from __future__ import annotations
@@ -12,12 +13,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-from reference_allocators import dynamic_program, heap_greedy  # the script's own folder is on the path
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))  # benchmarks/common: the reference solvers
+from reference_allocators import dynamic_program, heap_greedy  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -99,7 +102,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small sizes only (a few seconds)")
     parser.add_argument("--output", type=Path, default=RESULTS / "allocator_speed.json",
-                        help="where the rows go as JSON (default: benchmarks/results/allocator_speed.json)")
+                        help="where the rows go as JSON (default: results/allocator_speed.json, beside this script)")
     args = parser.parse_args(argv)
 
     rng = np.random.default_rng(0)

@@ -1,11 +1,12 @@
 """Allocation time under `budget_token_cap` against the uncapped allocation, side by side in one process.
 
-    python benchmarks/token_cap_speed.py
+    python benchmarks/allocation_time/token_cap_speed.py
 
 A batch of 512 prompts with tracker pass rates (k/16) and 8 192 rollouts, completion lengths log-normal (median 300
 tokens, hard prompts longer), caps 1.0 and 0.9 of the uniform allocation's expected tokens. The cap's bisection calls
 the allocator about 40 times, with one price per prompt (so the gain matrix has one curve per prompt).
-Writes benchmarks/results/token_cap_speed.json.
+Writes benchmarks/allocation_time/results/token_cap_speed.json.
+Until the move to benchmarks/allocation_time/ this script was benchmarks/token_cap_speed.py.
 """
 
 from __future__ import annotations

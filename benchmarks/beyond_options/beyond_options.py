@@ -1,6 +1,6 @@
 """The options beyond both papers, each measured on the built-in task against the run without it.
 
-    python benchmarks/beyond_options.py            # 8 runs of the allocation study's regime, seed 0, about 4 minutes
+    python benchmarks/beyond_options/beyond_options.py   # 8 runs of the allocation study's regime, seed 0, 4 minutes
 
 One figure per option, from the mechanism it acts on (single runs: mechanism figures, not accuracy claims; the
 allocation study runs accuracy comparisons with paired seeds):
@@ -11,7 +11,8 @@ allocation study runs accuracy comparisons with paired seeds):
 - `budget_token_cap=1.0`: completion tokens per generation batch, against the uncapped run and uniform's.
 - `budget_loss_weighting="prompt"`: the largest single prompt's share of the batch's |advantage| mass, against token
   weighting, for CoBA-RL (which piles rollouts on few prompts) and Knapsack RL.
-Writes benchmarks/results/beyond_options.json and prints the table.
+Writes benchmarks/beyond_options/results/beyond_options.json and prints the table.
+Until the move to benchmarks/beyond_options/ this script was benchmarks/beyond_options.py.
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--steps", type=int, default=480)
     parser.add_argument("--processes", type=int, default=2)
-    parser.add_argument("--output", default="benchmarks/results/beyond_options.json")
+    parser.add_argument("--output", default="benchmarks/beyond_options/results/beyond_options.json")
     args = parser.parse_args()
     model_path = warm_start(WarmStartSettings())
     priors = warm_start_solve_rates(model_path, RLSettings.pool(args.steps))

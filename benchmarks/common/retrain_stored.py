@@ -1,13 +1,15 @@
 """Re-train stored runs of the third or fourth study with the current code and compare them with the stored ones, field
 by field.
 
-    OMP_NUM_THREADS=1 python benchmarks/retrain_stored.py reinforce-ada-positive:40 uniform-n8:41   # the third study
-    OMP_NUM_THREADS=1 python benchmarks/retrain_stored.py sorting/uniform-n8-history:300             # the fourth
+    OMP_NUM_THREADS=1 python benchmarks/common/retrain_stored.py reinforce-ada-positive:40 uniform-n8:41   # the third
+    OMP_NUM_THREADS=1 python benchmarks/common/retrain_stored.py sorting/uniform-n8-history:300   # the fourth study
 
 A run re-trains bit for bit when every figure it records (held-out and training accuracy at every evaluation, every
 batch's logged budget figures and rewards) equals the stored one exactly (`SKIPPED` says what is not compared); then the code it executes behaves as the
 code that trained the stored run, and a later study may pair new arms with those runs. Each run re-trains in a
 temporary run cache, so the committed one is left as it is. Prints one line per run, and exits 1 if any differs.
+Until the move to benchmarks/common/ this script was benchmarks/retrain_stored.py (the path the commands stored with its
+results name).
 """
 
 from __future__ import annotations
@@ -16,9 +18,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-import fourth_study
-import rounds_study
-from rounds_study import RESULTS
+BENCHMARKS = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(BENCHMARKS / "third_study"), str(BENCHMARKS / "fourth_study")]  # the studies' scripts
+
+import fourth_study  # noqa: E402
+import rounds_study  # noqa: E402
 
 # Not compared: wall time, the one figure not decided by the code and the seed; and `unseen_prompts`, whose meaning
 # became one in every mode (before: on the batch's fresh rates in rounds modes). A figure the stored run did not record
@@ -47,9 +51,9 @@ def main(runs: list[str]) -> int:
     for run in runs:
         arm, seed = run.rsplit(":", 1)
         # "regime/label" names a run of the fourth study, a bare label one of the third
-        study_run, job = ((fourth_study.study_run, (*arm.split("/"), int(seed))) if "/" in arm
-                          else (rounds_study.study_run, (arm, int(seed))))
-        stored = study_run(*job, quick=False, run_cache=RESULTS / "run_cache", train=False)["result"]
+        study, job = ((fourth_study, (*arm.split("/"), int(seed))) if "/" in arm else (rounds_study, (arm, int(seed))))
+        study_run = study.study_run
+        stored = study_run(*job, quick=False, run_cache=study.RESULTS / "run_cache", train=False)["result"]
         with tempfile.TemporaryDirectory() as folder:
             retrained = study_run(*job, quick=False, run_cache=Path(folder))["result"]
         found = differences(stored, retrained)

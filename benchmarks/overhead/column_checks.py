@@ -3,10 +3,11 @@
 `prompt_id_column` (no empty id) and `pass_rate_prior_column` (rates in [0, 1]) are checked when the trainer is built.
 Measured side by side in one process: the checks as the trainer runs them (each column read from Arrow in bulk), and
 the same checks reading the column row by row (how they read before), on the same shuffled `datasets.Dataset` (an
-index mapping, as after `shuffle` or `select`). Writes benchmarks/results/column_checks.json.
+index mapping, as after `shuffle` or `select`). Writes benchmarks/overhead/results/column_checks.json.
 
-    python benchmarks/column_checks.py                  # 2 000 000 rows
-    python benchmarks/column_checks.py --rows 200000
+    python benchmarks/overhead/column_checks.py                  # 2 000 000 rows
+    python benchmarks/overhead/column_checks.py --rows 200000
+Until the move to benchmarks/overhead/ this script was benchmarks/column_checks.py.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 Where vLLM is installed it also runs the vLLM colocate path. Without a CUDA GPU it says so and exits 0.
 
-    python benchmarks/gpu_smoke.py --output gpu_smoke.json
+    python benchmarks/overhead/gpu_smoke.py --output gpu_smoke.json
+Until the move to benchmarks/overhead/ this script was benchmarks/gpu_smoke.py.
 """
 
 from __future__ import annotations

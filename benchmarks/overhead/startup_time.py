@@ -2,8 +2,9 @@
 Python process (median of 5). The script imports nothing of trl_budget itself, so the package timed is whichever the
 child processes find: this checkout, or another one put first on PYTHONPATH.
 
-    python benchmarks/startup_time.py
-    PYTHONPATH=/path/to/other/checkout python benchmarks/startup_time.py --output /tmp/startup_other.json
+    python benchmarks/overhead/startup_time.py
+    PYTHONPATH=/path/to/other/checkout python benchmarks/overhead/startup_time.py --output /tmp/startup_other.json
+Until the move to benchmarks/overhead/ this script was benchmarks/startup_time.py.
 """
 
 from __future__ import annotations

@@ -3,8 +3,9 @@
 Runs alternate between trainers so that machine noise hits all of them alike; the figure is the ratio of median step
 times measured in one run.
 
-    python benchmarks/step_overhead.py            # 5 rounds of 30 steps each
-    python benchmarks/step_overhead.py --quick    # 2 rounds of 8 steps
+    python benchmarks/overhead/step_overhead.py            # 5 rounds of 30 steps each
+    python benchmarks/overhead/step_overhead.py --quick    # 2 rounds of 8 steps
+Until the move to benchmarks/overhead/ this script was benchmarks/step_overhead.py.
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="2 rounds of 8 steps")
     parser.add_argument("--output", type=Path, default=Path(__file__).resolve().parent / "results" / "step_overhead.json",
-                        help="where the figures go as JSON (default: benchmarks/results/step_overhead.json)")
+                        help="where the figures go as JSON (default: benchmarks/overhead/results/step_overhead.json)")
     args = parser.parse_args(argv)
     rounds, steps = (2, 8) if args.quick else (5, 30)
     hf_logging.set_verbosity_error()

@@ -4,8 +4,10 @@ Fills a tracker with Knapsack RL's rule (the heaviest default: 16-rollout pools)
 measures its memory (tracemalloc, after a garbage collection), the time (untraced) and peak memory (traced, a second
 time) of writing its state to a JSON file as the trainer does, the file's size, and the time to read it back. One process, this machine's disk.
 
-    python benchmarks/tracker_scale.py                    # 10^6 prompts
-    python benchmarks/tracker_scale.py --prompts 100000
+    python benchmarks/overhead/tracker_scale.py                    # 10^6 prompts
+    python benchmarks/overhead/tracker_scale.py --prompts 100000
+Until the move to benchmarks/overhead/ this script was benchmarks/tracker_scale.py (the path the commands stored with
+its results name).
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--prompts", type=int, default=1_000_000)
     parser.add_argument("--visits", type=int, default=2, help="visits per prompt (default 2)")
-    parser.add_argument("--output", type=Path, default=Path("benchmarks/results/tracker_scale.json"))
+    parser.add_argument("--output", type=Path, default=Path("benchmarks/overhead/results/tracker_scale.json"))
     args = parser.parse_args(argv)
 
     gc.collect()
@@ -70,7 +72,7 @@ def main(argv=None) -> dict:
     assert np.array_equal(restored.pass_rates(sample), tracker.pass_rates(sample), equal_nan=True)
 
     result = {
-        "command": "python benchmarks/tracker_scale.py" + ("" if args.prompts == 1_000_000 else
+        "command": "python benchmarks/overhead/tracker_scale.py" + ("" if args.prompts == 1_000_000 else
                                                            f" --prompts {args.prompts}"),
         "prompts": args.prompts,
         "visits_per_prompt": args.visits,

@@ -1,11 +1,11 @@
 """The second allocation study: does Knapsack RL buy held-out accuracy over uniform GRPO at the same rollout budget?
 
-    OMP_NUM_THREADS=1 python benchmarks/allocation_study.py               # train every run not yet stored, summarise
-    python benchmarks/allocation_study.py --stored-only                   # summarise the stored runs, train nothing
-    python benchmarks/allocation_study.py --quick --output-dir /tmp/s     # a smoke run of a minute
+    OMP_NUM_THREADS=1 python benchmarks/second_study/allocation_study.py     # train every run not yet stored, summarise
+    python benchmarks/second_study/allocation_study.py --stored-only         # summarise the stored runs, train nothing
+    python benchmarks/second_study/allocation_study.py --quick --output-dir /tmp/s   # a smoke run of a minute
 
 Pre-registered here, before any allocator run of this study (the regime was chosen on uniform alone by
-benchmarks/study_pilot.py, whose results are in benchmarks/results/study_pilot.json):
+study_pilot.py beside this script, whose results are in results/study_pilot.json):
 
 - Regime: `RLSettings.study()` from the shipped warm start (the same on every machine): the pool of 1 500 problems of
   levels 2+1, 2+2 and 2x1; 64 prompts x 8 rollouts on average per generation batch, 8 updates per batch, each prompt
@@ -15,7 +15,7 @@ benchmarks/study_pilot.py, whose results are in benchmarks/results/study_pilot.j
 - Metric: greedy exact-match accuracy on 1 000 held-out problems of the same levels, the mean of the last three
   evaluations (updates 840, 900 and 960).
 - Seeds: 0-19, paired: every variant trains with the same seeds, so data order and sampling start alike. Seeds 0-3 were
-  also the pilot's (benchmarks/study_pilot.py, uniform alone); the summary also reports the primary on seeds 4-19.
+  also the pilot's (study_pilot.py, uniform alone); the summary also reports the primary on seeds 4-19.
 - Primary comparison: `knapsack` (the release's rule, with its fallback) minus `uniform`: the mean paired difference
   and its 95% t interval; a two-sided sign-flip test at 0.05.
 - Minimal detectable effect at 80% power: from the pilot's paired SD of uniform's own 2x-minus-1x difference at this
@@ -25,7 +25,8 @@ benchmarks/study_pilot.py, whose results are in benchmarks/results/study_pilot.j
 - Room gate: `uniform-2x` (uniform with twice the updates, hence twice the rollouts) minus `uniform` must be at least
   3 points; printed beside the answer whichever way it goes. It doubles the *updates* (its first half is uniform's run
   exactly), so it measures training longer, not room for spending a batch's rollouts differently; the third study
-  (benchmarks/rounds_study.py) gates on uniform with twice the rollouts per batch at the same updates instead.
+  (benchmarks/third_study/rounds_study.py) gates on uniform with twice the rollouts per batch at the same updates
+  instead.
 - Secondary comparisons, each minus uniform, Holm-corrected as one family (sign-flip p-values, intervals at the
   level of each one's Holm step, and at the Bonferroni level, which are simultaneous): knapsack-no-fallback, coba,
   coba-prompt-weighted, knapsack-column-prior,
@@ -42,9 +43,12 @@ ones, the first epoch counted as 23 batches, and the primary on seeds 4-19 alone
 
 Runs are trained in that order, primary first (uniform, knapsack, uniform-2x over all seeds), then the secondaries
 seed by seed; each finished run is stored under its settings, seed and the package's code
-(benchmarks/results/run_cache), so a stopped study resumes, and `--stored-only` summarises what is there, whatever
-code trained it (a secondary with fewer seeds is marked incomplete). Writes benchmarks/results/compare_allocators.json (`primary`, `room_gate`,
-`variants`, mean curves), compare_allocators.png, and the answer the demo prints (trl_budget/demo/study_answer.json).
+(results/run_cache), so a stopped study resumes, and `--stored-only` summarises what is there, whatever
+code trained it (a secondary with fewer seeds is marked incomplete). Writes results/compare_allocators.json (`primary`,
+`room_gate`, `variants`, mean curves), compare_allocators.png, and the answer the demo prints
+(trl_budget/demo/study_answer.json).
+Until the move to benchmarks/second_study/ this script was benchmarks/allocation_study.py (the path the commands stored
+with its results name).
 """
 
 from __future__ import annotations
@@ -71,7 +75,7 @@ from trl_budget.demo.study_stats import (
 )
 
 RESULTS = Path(__file__).resolve().parent / "results"
-ANSWER = Path(__file__).resolve().parents[1] / "trl_budget" / "demo" / "study_answer.json"
+ANSWER = Path(__file__).resolve().parents[2] / "trl_budget" / "demo" / "study_answer.json"
 
 SEEDS = 20
 BUDGET = 960  # updates
@@ -318,7 +322,8 @@ def main(argv=None) -> dict:
                                 "secondary": SECONDARY, "pilot_candidate": PILOT_CANDIDATE,
                                 "pilot_paired_sd": PILOT_PAIRED_SD, "mde80": mde80(), "room_gate": ROOM_GATE}
     summary["answer"] = answer_sentence(summary["primary"])
-    summary["command"] = "OMP_NUM_THREADS=1 python benchmarks/allocation_study.py" + (" --quick" if args.quick else "")
+    summary["command"] = ("OMP_NUM_THREADS=1 python benchmarks/second_study/allocation_study.py"
+                          + (" --quick" if args.quick else ""))
     args.output_dir.mkdir(parents=True, exist_ok=True)
     (args.output_dir / "compare_allocators.json").write_text(json.dumps(summary, indent=2))
     plot(summary, args.output_dir / "compare_allocators.png")

@@ -1,6 +1,6 @@
 """The allocation study's pilot: choose the regime on uniform GRPO alone, before any allocator runs.
 
-    python benchmarks/study_pilot.py --seeds 2  # uniform at 1x and 2x rollouts, each candidate, seeds 0-1
+    python benchmarks/second_study/study_pilot.py --seeds 2  # uniform at 1x and 2x rollouts, each candidate, seeds 0-1
 
 Pre-registered here, before any run of this pilot (the study's criteria; no allocator runs in it):
 - Candidates: the allocation study's pool regime (64 prompts x 8 per generation batch, 8 updates per batch, N in
@@ -24,7 +24,8 @@ Third round, added after the second round's results (5e-5 and 1e-4 recovered to 
 and 960 updates of the 1 500-problem pool allocate 80% of generation batches from history), before running it: the
 same pool at constant 5e-5, 1e-4 and 2e-4 with a budget of 960 updates (61 440 rollouts), so that the room gate
 compares 960 with 1 920 updates; the 960-update runs are the earlier rounds' 2x runs, read back.
-Writes benchmarks/results/study_pilot.json; finished runs are stored (benchmarks/results/run_cache) and reused.
+Writes benchmarks/second_study/results/study_pilot.json; finished runs are stored (results/run_cache) and reused.
+Until the move to benchmarks/second_study/ this script was benchmarks/study_pilot.py.
 """
 
 from __future__ import annotations

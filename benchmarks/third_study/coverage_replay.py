@@ -1,9 +1,9 @@
 """Coverage replay: what each rule of sampling would train from the shipped warm start's own answers, before any RL.
 
-    python benchmarks/coverage_replay.py            # samples (cached in results/), replays, the rounds settings chosen
+    python benchmarks/third_study/coverage_replay.py   # samples (cached in results/), replays, the settings chosen
 
-The third allocation study (benchmarks/rounds_study.py) chooses its rounds settings here, on the warm start alone,
-before any RL run of a rule of rounds:
+The third allocation study (rounds_study.py, beside this script) chooses its rounds settings here, on the warm start
+alone, before any RL run of a rule of rounds:
 
 1. Samples: 64 answers at temperature 1 to every prompt of the study's 1 500-prompt training pool
    (`RLSettings.study()`), from the shipped warm start (seed 2026), kept as 0/1 outcomes in
@@ -20,6 +20,8 @@ before any RL run of a rule of rounds:
    within 0.005 of it, the fewest rounds per batch (each is an engine request); then the smaller cap.
 
 Writes results/coverage_replay.json (every rule's figures and the chosen setting).
+Until the move to benchmarks/third_study/ this script was benchmarks/coverage_replay.py (the path the commands stored
+with its results name).
 """
 
 from __future__ import annotations
@@ -155,7 +157,7 @@ def main(argv=None) -> dict:
               "prompts_per_batch": PROMPTS_PER_BATCH, "budget": BUDGET, "start": start, "rules": rules,
               "chosen": {"budget_first_round_generations": first, "budget_round_generations": per_round,
                          "max_generations": most, **grid[chosen]},
-              "command": "python benchmarks/coverage_replay.py"}
+              "command": "python benchmarks/third_study/coverage_replay.py"}
     args.output_dir.mkdir(parents=True, exist_ok=True)
     (args.output_dir / "coverage_replay.json").write_text(json.dumps(result, indent=2) + "\n")
     print("| rule | coverage | trained rollouts with a gradient per batch | generated | trained | rounds |")

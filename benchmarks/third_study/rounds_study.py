@@ -1,11 +1,11 @@
 """The third allocation study: what a batch's rollouts buy, and whether sampling in rounds spends them better.
 
-    OMP_NUM_THREADS=1 python benchmarks/rounds_study.py                 # train every run not yet stored, summarise
-    python benchmarks/rounds_study.py --stored-only                     # summarise the stored runs, train nothing
-    python benchmarks/rounds_study.py --quick --output-dir /tmp/s       # a smoke run of a few minutes
+    OMP_NUM_THREADS=1 python benchmarks/third_study/rounds_study.py          # train every run not yet stored, summarise
+    python benchmarks/third_study/rounds_study.py --stored-only              # summarise the stored runs, train nothing
+    python benchmarks/third_study/rounds_study.py --quick --output-dir /tmp/s   # a smoke run of a few minutes
 
 Pre-registered here, committed before any RL run of a rule of rounds. The rounds settings were chosen by
-benchmarks/coverage_replay.py on the warm start's own answers alone (results/coverage_replay.json).
+benchmarks/third_study/coverage_replay.py on the warm start's own answers alone (results/coverage_replay.json).
 
 - Regime: the second study's, `RLSettings.study()` from the shipped warm start: the pool of 1 500 problems (2+1, 2+2,
   2x1), 64 prompts per generation batch, 8 updates per batch, float32, a constant 1e-4 after 16 warm-up steps, 960
@@ -44,6 +44,8 @@ Runs are trained primary first (uniform-n8, rounds-uniform, uniform-n16 over all
 seed; each finished run is stored under its settings, seed and the package's code (results/run_cache), so a stopped
 study resumes, and `--stored-only` summarises what is there, whatever code trained it. Writes
 results/rounds_study.json and results/rounds_study.png.
+Until the move to benchmarks/third_study/ this script was benchmarks/rounds_study.py (the path the commands stored with
+its results name).
 """
 
 from __future__ import annotations
@@ -343,7 +345,8 @@ def main(argv=None) -> dict:
                                 "room_gate": {"comparison": f"{ROOM} - {BASELINE}", "at_least": ROOM_GATE,
                                               "interval_above_zero": True}}
     summary["answer"] = answer_sentence(summary)
-    summary["command"] = "OMP_NUM_THREADS=1 python benchmarks/rounds_study.py" + (" --quick" if args.quick else "")
+    summary["command"] = ("OMP_NUM_THREADS=1 python benchmarks/third_study/rounds_study.py"
+                          + (" --quick" if args.quick else ""))
     args.output_dir.mkdir(parents=True, exist_ok=True)
     (args.output_dir / "rounds_study.json").write_text(json.dumps(summary, indent=2) + "\n")
     plot(summary, args.output_dir / "rounds_study.png")

@@ -8,8 +8,8 @@ from dataclasses import asdict, dataclass, field, replace
 
 
 # The second allocation study's learning rate (RLSettings.study), chosen on uniform GRPO alone: the one candidate of
-# benchmarks/study_pilot.py that passed every criterion (room gate, uniform ending above its start, rollouts without a
-# gradient, batches allocated from history).
+# benchmarks/second_study/study_pilot.py that passed every criterion (room gate, uniform ending above its start,
+# rollouts without a gradient, batches allocated from history).
 STUDY_RATE = 1e-4
 
 
@@ -82,7 +82,7 @@ class RLSettings:
 
     @classmethod
     def study(cls, steps: int = 960) -> "RLSettings":
-        """The second allocation study's regime (benchmarks/allocation_study.py), chosen on uniform GRPO alone.
+        """The second allocation study's regime (benchmarks/second_study/allocation_study.py), chosen on uniform alone.
 
         The pool regime at a constant learning rate of 1e-4 (`STUDY_RATE`) after 16 warm-up steps (a linear decay
         spends most of its rate before allocation has history), 960 updates so that 80% of generation batches are
