@@ -569,3 +569,16 @@ def test_the_length_models_completions_have_the_lengths_of_their_class():
         lengths = np.array([len(text) for text in texts]) + 1  # the end of the completion is a token too
         assert abs(lengths.mean() - (means[k] + 1)) < 4 * means[k] / np.sqrt(512)  # geometric: SD about the mean
     assert [class_of_pass_rate(rate) for rate in (1.0, 0.5, 0.0)] == [0, 4, 7]
+
+
+def test_a_runs_visits_per_prompt_and_spos_costs_are_summed_from_what_it_logged():
+    from collections import Counter
+
+    from trl_budget.demo.run import spo_costs, visits_summary
+
+    summary = visits_summary(Counter({"a": 3, "b": 1}), prompts=4)  # c and d never drawn: 3, 1, 0, 0
+    assert summary == {"mean": 1.0, "min": 0.0, "p10": 0.0, "p50": 0.5, "p90": pytest.approx(2.4), "max": 3.0,
+                       "never": 0.5}
+    logged = [{"spo/prior_rollouts": 96.0, "spo/prior_seconds": 2.5}, {"loss": 1.0},
+              {"spo/forward_passes_rows": 8.0}, {"spo/forward_passes_rows": 12.0}]
+    assert spo_costs(logged) == {"spo_prior_rollouts": 96.0, "spo_prior_seconds": 2.5, "spo_forward_passes_rows": 20.0}

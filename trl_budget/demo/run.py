@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import time
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -200,6 +201,7 @@ class _Recorder(TrainerCallback):
         self.histograms = {}  # at each histogram step, the rollouts per prompt of every batch since the previous one
         self._since_last_mark, self._last_plan = [], None
         self._generated = 0  # rollouts generated so far (with Reinforce-Ada more than are trained)
+        self.visits = Counter()  # generation batches each prompt was in
 
     def _evaluate(self, state, model):
         rollouts = state.global_step * self.settings.rollouts_per_step
@@ -217,6 +219,7 @@ class _Recorder(TrainerCallback):
         if plan is not None and plan is not self._last_plan:  # a new generation batch, generated for this step
             self._since_last_mark += plan.counts.tolist()
             self._generated += sum(plan.round_rows)
+            self.visits.update(plan.keys)
             self._last_plan = plan
         if state.global_step % self.settings.eval_every == 0 or state.global_step == state.max_steps:
             self._evaluate(state, model)
@@ -293,6 +296,26 @@ def run_rl(model_path: Path, allocator: str, seed: int, settings: RLSettings, ou
         "entropy": [entry["entropy"] for entry in trainer.state.log_history if "entropy" in entry],  # every update
         "curve": recorder.curve,
         "histograms": {str(step): counts for step, counts in recorder.histograms.items()},
+        "prompt_visits": visits_summary(recorder.visits, len(train)),
+        **({} if trainer.spo is None else spo_costs(trainer.state.log_history)),
     }
+
+
+def visits_summary(visits: Counter, prompts: int) -> dict[str, float]:
+    """How many generation batches each training prompt was in (never-drawn prompts count as 0)."""
+    counts = np.array(list(visits.values()) + [0] * (prompts - len(visits)), dtype=np.float64)
+    return {"mean": float(counts.mean()), "min": float(counts.min()), "p10": float(np.percentile(counts, 10)),
+            "p50": float(np.median(counts)), "p90": float(np.percentile(counts, 90)), "max": float(counts.max()),
+            "never": float((counts == 0).mean())}
+
+
+def spo_costs(log_history: list[dict]) -> dict[str, float]:
+    """What SPO's tracker cost beyond the batches: the offline prior's rollouts and seconds, and the rows of the
+    KL-adaptive rho's extra forward passes."""
+    def total(name: str) -> float:
+        return float(sum(entry[name] for entry in log_history if name in entry))
+
+    return {"spo_prior_rollouts": total("spo/prior_rollouts"), "spo_prior_seconds": total("spo/prior_seconds"),
+            "spo_forward_passes_rows": total("spo/forward_passes_rows")}
 
 
