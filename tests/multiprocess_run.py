@@ -169,16 +169,16 @@ def main(output_dir: str, mode: str):
         data = make_dataset().map(lambda row, i: {"prior": [0.8, None, 0.3][i % 3], "level": levels[i % 3]},
                                   with_indices=True)
         beyond = dict(dataset=data, pass_rate_prior_column="prior", prompt_group_column="level",
-                      budget_loss_weighting="prompt", budget_token_cap=1.0)
+                      loss_weighting="prompt", budget_token_cap=1.0)
     if mode.endswith("-history"):  # the tracker's reward history as the advantage baseline
         beyond = dict(advantage_baseline="history", advantage_history_window=2.0)
     if mode.endswith("-dynamic"):
-        beyond = dict(budget_dynamic_sampling=True, budget_dynamic_sampling_max_gen_batches=0,
+        beyond = dict(dynamic_sampling=True, dynamic_sampling_max_gen_batches=0,
                       dataset=make_dataset(12))
     if mode.startswith("spo"):  # 8 prompts a batch drawn from 6, so prompts come back within the run
         beyond = dict(max_generations=128, learning_rate=1e-2)
     if mode == "dynamic-cap":
-        allocator, beyond = "uniform", dict(budget_dynamic_sampling=True, budget_dynamic_sampling_max_gen_batches=2)
+        allocator, beyond = "uniform", dict(dynamic_sampling=True, dynamic_sampling_max_gen_batches=2)
     scored, reward_funcs = ScoredRows(), None
     if allocator == "reinforce_ada":  # accuracy plus a 0.5-weighted format reward, success by accuracy alone
         formatted = ScoredRows(format_reward)
@@ -216,8 +216,8 @@ def main(output_dir: str, mode: str):
                       "infinite-reward": parity_reward_infinite_on_rank_1,
                       "dynamic-cap": ScoredRows(lambda prompts, completions: [1.0] * len(completions)),
                       }.get(mode, reward_funcs or scored),
-        budget_probe_generations=2 if "-probe" in mode else 0,
-        budget_round_generations=2 if mode.endswith("-rounds") else 0,
+        probe_generations=2 if "-probe" in mode else 0,
+        rounds_generations=2 if mode.endswith("-rounds") else 0,
         seed=int(os.environ["RANK"]) if mode.endswith("-rank-seed") else 0, **beyond,
     )
     rank = trainer.accelerator.process_index

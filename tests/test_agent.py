@@ -18,8 +18,8 @@ from trl_budget.demo.tiny import build_tiny_model
 
 BUDGETS = [dict(budget_allocator="knapsack", pass_rate_min_rollouts=1),
            dict(budget_allocator="coba"),
-           dict(budget_allocator="knapsack", budget_probe_generations=2),
-           dict(budget_allocator="uniform", budget_round_generations=2)]
+           dict(budget_allocator="knapsack", probe_generations=2),
+           dict(budget_allocator="uniform", rounds_generations=2)]
 BUDGET_IDS = ["knapsack", "coba", "knapsack-probe", "rounds"]
 
 

@@ -84,7 +84,7 @@ class ScoredSteps:
 
 
 @pytest.mark.parametrize("rule", [{"budget_allocator": "uniform"}, {"budget_allocator": "knapsack"},
-                                  {"budget_allocator": "uniform", "budget_round_generations": 2}])
+                                  {"budget_allocator": "uniform", "rounds_generations": 2}])
 def test_a_run_with_the_history_baseline_trains_each_prompt_against_its_history(tmp_path, tokenizer, rule):
     from datasets import concatenate_datasets
     from helpers import make_dataset
@@ -130,7 +130,7 @@ def test_the_history_baseline_gives_zero_variance_groups_a_gradient(tmp_path, to
 
 @pytest.mark.parametrize("baseline", ["group", "all_rollouts", "history"])
 def test_every_rule_takes_every_baseline(tmp_path, tokenizer, baseline):
-    for rule in ({"budget_allocator": "coba"}, {"budget_allocator": "knapsack", "budget_probe_generations": 2},
+    for rule in ({"budget_allocator": "coba"}, {"budget_allocator": "knapsack", "probe_generations": 2},
                  {"budget_allocator": "reinforce_ada", "reinforce_ada_samples_per_round": 4}):
         trainer = make_trainer(tmp_path / str(len(rule)), tokenizer, max_steps=2, advantage_baseline=baseline, **rule)
         trainer.train()

@@ -289,7 +289,7 @@ def test_a_fourth_study_run_that_dynamic_sampling_stops_at_its_cap_is_stored_as_
     # In sorting, a warm-started batch leaves most prompts' rollouts agreeing: one generation batch cannot fill it.
     label, (generations, most, settings, regimes) = "dynamic-sampling", fourth_study.ARMS["dynamic-sampling"]
     monkeypatch.setitem(fourth_study.ARMS, label, (generations, most,
-                                                   {**settings, "budget_dynamic_sampling_max_gen_batches": 1}, regimes))
+                                                   {**settings, "dynamic_sampling_max_gen_batches": 1}, regimes))
     run_cache = tmp_path / "run_cache"
     stopped = fourth_study.study_run("sorting", label, 300, True, run_cache)["result"]
     assert stopped["stopped"].startswith(fourth_study.DYNAMIC_SAMPLING_CAP) and stopped["stopped_at_update"] == 0

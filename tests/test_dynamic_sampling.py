@@ -53,7 +53,7 @@ def test_the_rule_keeps_the_first_varied_prompts_in_the_datas_order_by_hand():
 
 def test_the_rule_stops_at_the_cap_naming_the_fix():
     with pytest.raises(RuntimeError, match=r"kept 1 of the 2 prompts .* after 2 generation batches of 2 prompts "
-                                           r"\(budget_dynamic_sampling_max_gen_batches=2\).*Raise"):
+                                           r"\(dynamic_sampling_max_gen_batches=2\).*Raise"):
         run_dynamic([[ALWAYS, MIXED], [NEVER, ALWAYS], [MIXED, MIXED]], needed=2, cap=2)
     rule, _, sizes = run_dynamic([[ALWAYS, MIXED], [NEVER, ALWAYS], [MIXED, MIXED]], needed=2, cap=0)  # no cap
     assert len(sizes) == 3 and rule.kept.tolist() == [1, 4]
@@ -108,7 +108,7 @@ def test_a_training_batch_that_spans_the_end_of_a_pass_trains_a_prompt_once_from
     # vary, so training batches often need the next pass, which brings the same prompts again.
     data = Dataset.from_list([{"prompt": f"{a}+1=", "answer": str(a + 1)} for a in range(5)])
     trainer = make_trainer(tmp_path, tokenizer, reward_funcs=varied_for_two, dataset=data, budget_allocator="uniform",
-                           budget_dynamic_sampling=True, budget_dynamic_sampling_max_gen_batches=0, max_steps=6)
+                           dynamic_sampling=True, dynamic_sampling_max_gen_batches=0, max_steps=6)
     recorder = RowRecorder(trainer)
     trainer.train()
     sampler = trainer._get_train_sampler()  # TRL's own order, by hand: each pass cut into batches of two prompts
@@ -142,8 +142,8 @@ def constant_for_multiples_of_three(completions, answer, **kwargs):
 def test_a_run_trains_the_first_varied_prompts_and_drops_the_constant_ones(tmp_path, tokenizer):
     data = make_dataset(12, seed=3)
     trainer = make_trainer(tmp_path, tokenizer, reward_funcs=constant_for_multiples_of_three, dataset=data,
-                           budget_allocator="uniform", budget_dynamic_sampling=True,
-                           budget_dynamic_sampling_oversample=2, max_steps=4)
+                           budget_allocator="uniform", dynamic_sampling=True,
+                           dynamic_sampling_oversample=2, max_steps=4)
     recorder = RowRecorder(trainer)
     trainer.train()
     # By hand: the data in the order of TRL's own sampler for this run (each index repeated num_generations times),
@@ -181,7 +181,7 @@ def alternating(completions, **kwargs):
 
 def test_a_batch_whose_prompts_all_vary_trains_what_uniform_grpo_trains_bit_for_bit(tmp_path, tokenizer):
     trained = []
-    for name, options in (("uniform", {}), ("dynamic", {"budget_dynamic_sampling": True})):
+    for name, options in (("uniform", {}), ("dynamic", {"dynamic_sampling": True})):
         trainer = make_trainer(tmp_path / name, tokenizer, reward_funcs=alternating, budget_allocator="uniform",
                                max_steps=3, **options)
         trainer.train()
@@ -197,10 +197,10 @@ def test_the_cap_stops_training_naming_the_fix(tmp_path, tokenizer):
         return [1.0] * len(completions)
 
     trainer = make_trainer(tmp_path, tokenizer, reward_funcs=always_one, budget_allocator="uniform",
-                           budget_dynamic_sampling=True, budget_dynamic_sampling_max_gen_batches=3)
+                           dynamic_sampling=True, dynamic_sampling_max_gen_batches=3)
     before = parameters_of(trainer)
     with pytest.raises(RuntimeError, match=r"kept 0 of the 2 prompts .* after 3 generation batches .* agreed on the "
-                                           r"reward \(budget_dynamic_sampling_metric\)"):
+                                           r"reward \(dynamic_sampling_metric\)"):
         trainer.train()
     assert calls == [8, 8, 8]
     assert all(torch.equal(before[name], value) for name, value in parameters_of(trainer).items())
@@ -216,8 +216,8 @@ def test_a_batch_that_draws_on_logs_each_generation_batch_and_is_warned_about(tm
         return [float(row % 2) if len(scored) > 12 else 1.0 for row in range(len(completions))]
 
     trainer = make_trainer(tmp_path, tokenizer, reward_funcs=agreeing_until_the_thirteenth, max_steps=1,
-                           budget_allocator="uniform", budget_dynamic_sampling=True,
-                           budget_dynamic_sampling_max_gen_batches=cap)
+                           budget_allocator="uniform", dynamic_sampling=True,
+                           dynamic_sampling_max_gen_batches=cap)
     with caplog.at_level(logging.INFO, logger="trl_budget.dynamic_sampling"):
         if cap:
             with pytest.raises(RuntimeError, match=f"after {cap} generation batches"):
@@ -240,10 +240,10 @@ def test_a_batch_that_draws_on_logs_each_generation_batch_and_is_warned_about(tm
     assert warning.startswith(f"Dynamic sampling has drawn {GEN_BATCHES_BEFORE_WARNING} generation batches (20 "
                               "prompts) for this training batch and kept 0 of the 2 prompts it needs")
     assert "train on prompts the model sometimes solves and sometimes fails" in warning
-    assert (("budget_dynamic_sampling_max_gen_batches=0 lets it draw until the batch is full" in warning
-             and "Set budget_dynamic_sampling_max_gen_batches (10 in verl's DAPO recipe and by default)" in warning) if cap == 0 else
-            (f"draws on up to budget_dynamic_sampling_max_gen_batches={cap}" in warning
-             and "Lower budget_dynamic_sampling_max_gen_batches" in warning))
+    assert (("dynamic_sampling_max_gen_batches=0 lets it draw until the batch is full" in warning
+             and "Set dynamic_sampling_max_gen_batches (10 in verl's DAPO recipe and by default)" in warning) if cap == 0 else
+            (f"draws on up to dynamic_sampling_max_gen_batches={cap}" in warning
+             and "Lower dynamic_sampling_max_gen_batches" in warning))
 
 
 def rare_success(completions, hard, **kwargs):
@@ -257,16 +257,16 @@ def test_every_fix_the_cap_error_names_resumes_from_the_last_checkpoint(tmp_path
     # two hard prompts, so the run stops at step 3, after the checkpoints of steps 1 and 2.
     order = list(iter(RepeatSampler(range(12), mini_repeat_count=1, batch_size=12, shuffle=True, seed=0)))
     data = Dataset.from_list([{"prompt": f"{a}+{a % 5}=", "hard": a in order[4:6]} for a in range(12)])
-    options = dict(reward_funcs=rare_success, dataset=data, budget_allocator="uniform", budget_dynamic_sampling=True,
-                   budget_dynamic_sampling_max_gen_batches=1, save_strategy="steps", save_steps=1)
+    options = dict(reward_funcs=rare_success, dataset=data, budget_allocator="uniform", dynamic_sampling=True,
+                   dynamic_sampling_max_gen_batches=1, save_strategy="steps", save_steps=1)
     stopped = make_trainer(tmp_path / "stopped", tokenizer, **options)
     with pytest.raises(RuntimeError) as error:
         stopped.train()
     assert stopped.state.global_step == 2 and stopped.prompt_stream.drawn == 3
     suggested = re.search(r"Raise (.*?)\. Each of them can be changed when resuming", str(error.value)).group(1)
-    fixes = {"budget_dynamic_sampling_max_gen_batches": 2, "budget_dynamic_sampling_oversample": 2,
+    fixes = {"dynamic_sampling_max_gen_batches": 2, "dynamic_sampling_oversample": 2,
              "num_generations": 8}
-    assert set(re.findall(r"\b(budget_dynamic_sampling_\w+|num_generations)\b \(", suggested)) == set(fixes)
+    assert set(re.findall(r"\b(dynamic_sampling_\w+|num_generations)\b \(", suggested)) == set(fixes)
     for setting, value in fixes.items():
         resumed = make_trainer(tmp_path / setting, tokenizer, **{**options, setting: value})
         recorder = RowRecorder(resumed)
@@ -285,8 +285,8 @@ def test_the_success_metric_keeps_prompts_whose_outcomes_differ(tmp_path, tokeni
         return [float(int(a) % 2) * (row % 2) + 0.1 * (1 + row % 2) for row, a in enumerate(answer)]
 
     trainer = make_trainer(tmp_path, tokenizer, reward_funcs=graded, budget_allocator="uniform",
-                           budget_dynamic_sampling=True, budget_dynamic_sampling_metric="success",
-                           budget_dynamic_sampling_max_gen_batches=0, success_threshold=0.5, max_steps=3,
+                           dynamic_sampling=True, dynamic_sampling_metric="success",
+                           dynamic_sampling_max_gen_batches=0, success_threshold=0.5, max_steps=3,
                            dataset=make_dataset(12, seed=1))
     recorder = RowRecorder(trainer)
     trainer.train()
@@ -297,7 +297,7 @@ def test_the_success_metric_keeps_prompts_whose_outcomes_differ(tmp_path, tokeni
 
 def test_a_resumed_run_draws_and_trains_as_an_uninterrupted_one(tmp_path, tokenizer):
     options = dict(reward_funcs=constant_for_multiples_of_three, budget_allocator="uniform",
-                   budget_dynamic_sampling=True, advantage_baseline="history")
+                   dynamic_sampling=True, advantage_baseline="history")
     assert_resumes_exactly(tmp_path, tokenizer, **options)
     full = make_trainer(tmp_path / "again", tokenizer, dataset=make_dataset(9), max_steps=4, save_strategy="steps",
                         save_steps=2, **options)
@@ -312,28 +312,28 @@ def test_a_resumed_run_draws_and_trains_as_an_uninterrupted_one(tmp_path, tokeni
 
 @pytest.mark.parametrize("settings, match", [
     ({"budget_allocator": "knapsack"}, "budget_allocator='uniform' only"),
-    ({"budget_allocator": "uniform", "budget_round_generations": 2}, "budget_round_generations=2"),
-    ({"budget_allocator": "uniform", "budget_probe_generations": 2}, "budget_probe_generations=2"),
-    ({"budget_allocator": "uniform", "budget_dynamic_sampling_metric": "acc"}, "'acc' is not a metric"),
-    ({"budget_allocator": "uniform", "budget_dynamic_sampling_oversample": 0}, "oversample must be a whole number"),
+    ({"budget_allocator": "uniform", "rounds_generations": 2}, "rounds_generations=2"),
+    ({"budget_allocator": "uniform", "probe_generations": 2}, "probe_generations=2"),
+    ({"budget_allocator": "uniform", "dynamic_sampling_metric": "acc"}, "'acc' is not a metric"),
+    ({"budget_allocator": "uniform", "dynamic_sampling_oversample": 0}, "oversample must be a whole number"),
 ])
 def test_settings_dynamic_sampling_cannot_run_with_are_refused(tmp_path, settings, match):
     from helpers import config_kwargs
 
     with pytest.raises(ValueError, match=match):
-        BudgetGRPOConfig(**config_kwargs(tmp_path, budget_dynamic_sampling=True, **settings))
+        BudgetGRPOConfig(**config_kwargs(tmp_path, dynamic_sampling=True, **settings))
 
 
 def test_its_settings_without_it_are_refused(tmp_path):
     from helpers import config_kwargs
 
-    with pytest.raises(ValueError, match="budget_dynamic_sampling_oversample=3 is read only with "
-                                         "budget_dynamic_sampling=True"):
-        BudgetGRPOConfig(**config_kwargs(tmp_path, budget_allocator="uniform", budget_dynamic_sampling_oversample=3))
+    with pytest.raises(ValueError, match="dynamic_sampling_oversample=3 is read only with "
+                                         "dynamic_sampling=True"):
+        BudgetGRPOConfig(**config_kwargs(tmp_path, budget_allocator="uniform", dynamic_sampling_oversample=3))
 
 
 def test_data_it_cannot_draw_from_and_other_allocators_are_refused_before_building(tmp_path, tokenizer):
-    options = dict(budget_allocator="uniform", budget_dynamic_sampling=True)
+    options = dict(budget_allocator="uniform", dynamic_sampling=True)
     with pytest.raises(ValueError, match="uniform allocator only; the trainer was given KnapsackAllocator"):
         make_trainer(tmp_path, tokenizer, allocator=KnapsackAllocator(min_generations=2, max_generations=8), **options)
     streamed = IterableDataset.from_generator(lambda: iter(make_dataset().to_list()))
@@ -341,7 +341,7 @@ def test_data_it_cannot_draw_from_and_other_allocators_are_refused_before_buildi
         make_trainer(tmp_path, tokenizer, dataset=streamed, max_steps=1, **options)
     with pytest.raises(ValueError, match="generation batches of 6 prompts .* has 4"):
         make_trainer(tmp_path, tokenizer, dataset=Dataset.from_list(make_dataset(4).to_list()),
-                     budget_dynamic_sampling_oversample=3, **options)
+                     dynamic_sampling_oversample=3, **options)
 
 
 @pytest.mark.parametrize("agent", ["rollout_func", "environments"])
@@ -352,8 +352,8 @@ def test_agent_rollouts_are_credited_to_their_prompts_under_dynamic_sampling(tmp
 
     from trl_budget.demo.tiny import build_tiny_model
 
-    options = dict(budget_allocator="uniform", budget_dynamic_sampling=True, budget_dynamic_sampling_oversample=2,
-                   budget_dynamic_sampling_max_gen_batches=0, max_steps=4, dataset=make_dataset(12))
+    options = dict(budget_allocator="uniform", dynamic_sampling=True, dynamic_sampling_oversample=2,
+                   dynamic_sampling_max_gen_batches=0, max_steps=4, dataset=make_dataset(12))
     if agent == "rollout_func":  # last_digit_parity itself checks each completion against its prompt
         trainer = make_trainer(tmp_path, tokenizer, reward_funcs=last_digit_parity, rollout_func=CopyingRollouts(),
                                **options)

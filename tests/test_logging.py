@@ -118,7 +118,7 @@ def test_spos_estimates_and_figures_are_logged_with_the_rest(tmp_path, tokenizer
 
 
 @pytest.mark.parametrize("rule", [{"budget_allocator": "knapsack"}, {"budget_allocator": "uniform"},
-                                  {"budget_round_generations": 2},
+                                  {"rounds_generations": 2},
                                   {"budget_allocator": "reinforce_ada", "reinforce_ada_samples_per_round": 4}])
 def test_the_completions_table_shows_each_rows_prompt_rollouts_and_every_mode_logs_the_same_figures(tmp_path,
                                                                                                    tokenizer, rule):
@@ -156,7 +156,7 @@ def test_an_evaluation_keeps_the_completions_table_aligned(tmp_path, tokenizer):
          "sampler's order; advantage baseline 'group'"),
     ({"budget_allocator": "spo", "max_generations": 128}, "SPOAllocator.*prompts drawn by SPO's weights; advantage "
                                                            "baseline 'spo'"),
-    ({"budget_probe_generations": 2, "advantage_baseline": "history"}, "with a probe stage; .* baseline 'history'")])
+    ({"probe_generations": 2, "advantage_baseline": "history"}, "with a probe stage; .* baseline 'history'")])
 def test_training_starts_with_a_line_naming_the_rule_in_effect(tmp_path, tokenizer, caplog, rule, said):
     import logging
 

@@ -1,4 +1,4 @@
-"""`budget_loss_weighting="prompt"`: each prompt's rollouts together weigh as `num_generations` rollouts in the loss."""
+"""`loss_weighting="prompt"`: each prompt's rollouts together weigh as `num_generations` rollouts in the loss."""
 
 import numpy as np
 import pytest
@@ -26,7 +26,7 @@ def skewed(pass_rates, budget, failure_rate=None):
 
 
 def test_the_loss_sees_each_prompts_advantages_scaled_by_num_generations_over_its_count(tmp_path, tokenizer):
-    trainer = make_trainer(tmp_path, tokenizer, allocator=skewed, budget_loss_weighting="prompt", max_steps=3,
+    trainer = make_trainer(tmp_path, tokenizer, allocator=skewed, loss_weighting="prompt", max_steps=3,
                            per_device_train_batch_size=8, num_generations=4)
     recorder = RowRecorder(trainer)
     trainer.train()
@@ -82,9 +82,9 @@ def test_trls_loss_scales_exactly_with_a_prompts_advantages(tmp_path, tokenizer,
 
 
 def test_an_unknown_weighting_or_a_loss_of_unknown_form_is_refused(tmp_path):
-    with pytest.raises(ValueError, match="budget_loss_weighting='group' is not a weighting"):
-        BudgetGRPOConfig(**config_kwargs(tmp_path, budget_loss_weighting="group"))
+    with pytest.raises(ValueError, match="loss_weighting='group' is not a weighting"):
+        BudgetGRPOConfig(**config_kwargs(tmp_path, loss_weighting="group"))
     config = BudgetGRPOConfig(**config_kwargs(tmp_path))
-    config.loss_type, config.budget_loss_weighting = "a_future_loss", "prompt"
+    config.loss_type, config.loss_weighting = "a_future_loss", "prompt"
     with pytest.raises(ValueError, match="loss_type='a_future_loss' is not known to be one"):
         config.check_loss_weighting()

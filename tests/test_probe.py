@@ -65,7 +65,7 @@ class RowRecorder:
 
 
 def test_a_probe_run_allocates_from_fresh_rates_and_keeps_whole_groups(tmp_path, tokenizer):
-    trainer = make_trainer(tmp_path, tokenizer, budget_probe_generations=2, max_steps=6, logging_steps=1,
+    trainer = make_trainer(tmp_path, tokenizer, probe_generations=2, max_steps=6, logging_steps=1,
                            per_device_train_batch_size=16)
     recorder = RowRecorder(trainer)
     trainer.train()
@@ -104,13 +104,13 @@ def assert_advantages_over_whole_groups(trainer, recorder):
         # 3 prompts: a probe of 6 rows and a second stage of 6, neither a multiple of num_generations=4
         dict(generation_batch_size=12, per_device_train_batch_size=4, num_generations=4),
         dict(num_generations=3, per_device_train_batch_size=6),  # 2 prompts: 4 probe rows, groups of 3
-        dict(min_generations=1, max_generations=8, budget_probe_generations=1),  # 2 prompts: 2 probe rows
+        dict(min_generations=1, max_generations=8, probe_generations=1),  # 2 prompts: 2 probe rows
     ],
     ids=["12-rows-groups-of-4", "6-rows-groups-of-3", "probe-of-1"],
 )
 def test_a_probe_whose_stages_are_no_multiple_of_num_generations_trains(tmp_path, tokenizer, shape):
     # Before: TRL's `rewards.view(-1, num_generations)` inside the probe stage raised on the first step.
-    options = {"budget_probe_generations": 2, "max_steps": 6, **shape}
+    options = {"probe_generations": 2, "max_steps": 6, **shape}
     trainer = make_trainer(tmp_path, tokenizer, **options)
     recorder = RowRecorder(trainer)
     trainer.train()
@@ -118,18 +118,18 @@ def test_a_probe_whose_stages_are_no_multiple_of_num_generations_trains(tmp_path
     assert len(recorder.steps) == 6 // trainer.args.steps_per_generation
     for plan, _, rows in recorder.steps:
         assert rows == plan.counts.sum() == trainer.args.generation_batch_size
-        assert (plan.counts >= options["budget_probe_generations"]).all()
+        assert (plan.counts >= options["probe_generations"]).all()
     assert_advantages_over_whole_groups(trainer, recorder)
 
 
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        ({"budget_probe_generations": 3}, "must lie between 0 .* and min_generations=2"),
-        ({"budget_probe_generations": -1}, "^budget_probe_generations must be a whole number of at least 0"),
-        ({"budget_probe_generations": "2"}, "^budget_probe_generations must be a whole number .* got '2'"),
-        ({"budget_probe_history_weight": -0.5}, "budget_probe_history_weight must be a finite number, 0 or more"),
-        ({"budget_probe_prior_strength": -1}, "budget_probe_prior_strength must be a finite number, 0 or more"),
+        ({"probe_generations": 3}, "must lie between 0 .* and min_generations=2"),
+        ({"probe_generations": -1}, "^probe_generations must be a whole number of at least 0"),
+        ({"probe_generations": "2"}, "^probe_generations must be a whole number .* got '2'"),
+        ({"probe_history_weight": -0.5}, "probe_history_weight must be a finite number, 0 or more"),
+        ({"probe_prior_strength": -1}, "probe_prior_strength must be a finite number, 0 or more"),
     ],
 )
 def test_probe_settings_that_cannot_work_are_refused(tmp_path, overrides, message):
@@ -140,9 +140,9 @@ def test_probe_settings_that_cannot_work_are_refused(tmp_path, overrides, messag
 
 
 def test_a_probe_that_takes_the_whole_budget_still_has_advantages(tmp_path, tokenizer):
-    # budget_probe_generations = min_generations = num_generations: the probe stage is the whole batch, every count is
+    # probe_generations = min_generations = num_generations: the probe stage is the whole batch, every count is
     # num_generations. Its rows were scored with TRL's grouping off, so TRL's advantages are no GRPO advantages.
-    trainer = make_trainer(tmp_path, tokenizer, budget_probe_generations=2, min_generations=2, num_generations=2,
+    trainer = make_trainer(tmp_path, tokenizer, probe_generations=2, min_generations=2, num_generations=2,
                            max_steps=4)
     recorder = RowRecorder(trainer)
     trainer.train()

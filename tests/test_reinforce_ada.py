@@ -161,7 +161,7 @@ def test_bad_settings_are_refused(options, message):
         ({"reinforce_ada_samples_per_round": 2}, "^reinforce_ada_samples_per_round must be at least num_generations=4"),
         ({"reinforce_ada_choice": "positive"}, "^reinforce_ada_choice must be a Reinforce-Ada exit rule, got 'positive'"),
         ({"reinforce_ada_max_generated": 12}, "reinforce_ada_max_generated=12 cannot hold the first round"),
-        ({"budget_round_generations": 2}, "generates each batch in rounds of its own"),
+        ({"rounds_generations": 2}, "generates each batch in rounds of its own"),
         ({"scale_rewards": "batch"}, "scale_rewards='batch' .* has no such meaning"),
     ],
 )

@@ -15,8 +15,8 @@ from trl_budget.demo.tiny import build_tiny_model
 RULES = {
     "uniform": {"budget_allocator": "uniform"},
     "knapsack": {"budget_allocator": "knapsack"},
-    "probe": {"budget_allocator": "knapsack", "budget_probe_generations": 2},
-    "rounds": {"budget_allocator": "uniform", "budget_round_generations": 2},
+    "probe": {"budget_allocator": "knapsack", "probe_generations": 2},
+    "rounds": {"budget_allocator": "uniform", "rounds_generations": 2},
     "reinforce_ada": {"budget_allocator": "reinforce_ada", "reinforce_ada_samples_per_round": 4},
 }
 

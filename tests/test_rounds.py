@@ -106,7 +106,7 @@ def test_knapsacks_top_up_feeds_mixed_prompts_then_never_solved_ones():
 
 @pytest.mark.parametrize("allocator", ["uniform", "knapsack", "coba"])
 def test_a_run_in_rounds_trains_every_rollout_over_whole_groups(tmp_path, tokenizer, allocator):
-    trainer = make_trainer(tmp_path, tokenizer, budget_allocator=allocator, budget_round_generations=2, max_steps=6,
+    trainer = make_trainer(tmp_path, tokenizer, budget_allocator=allocator, rounds_generations=2, max_steps=6,
                            per_device_train_batch_size=16)
     recorder = RowRecorder(trainer)
     trainer.train()
@@ -122,7 +122,7 @@ def test_a_run_in_rounds_trains_every_rollout_over_whole_groups(tmp_path, tokeni
 
 
 def test_uniform_rounds_sample_again_exactly_the_prompts_not_yet_mixed(tmp_path, tokenizer):
-    trainer = make_trainer(tmp_path, tokenizer, budget_allocator="uniform", budget_round_generations=2, max_steps=1,
+    trainer = make_trainer(tmp_path, tokenizer, budget_allocator="uniform", rounds_generations=2, max_steps=1,
                            per_device_train_batch_size=16)
     recorder = RowRecorder(trainer)
     trainer.train()
@@ -138,12 +138,12 @@ def test_uniform_rounds_sample_again_exactly_the_prompts_not_yet_mixed(tmp_path,
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        ({"budget_round_generations": -1}, "budget_round_generations must be a whole number of at least 0"),
-        ({"budget_round_generations": 2, "budget_probe_generations": 2}, "two ways of generating a batch in rounds"),
-        ({"budget_round_generations": 2, "budget_first_round_generations": 1},
-         "budget_first_round_generations must be a whole number from min_generations=2 .* got 1"),
-        ({"budget_round_generations": 2, "budget_first_round_generations": 5}, "to num_generations=4"),
-        ({"budget_round_generations": 2, "budget_max_rounds": 0}, "budget_max_rounds must be a whole number of at "),
+        ({"rounds_generations": -1}, "rounds_generations must be a whole number of at least 0"),
+        ({"rounds_generations": 2, "probe_generations": 2}, "two ways of generating a batch in rounds"),
+        ({"rounds_generations": 2, "rounds_first_generations": 1},
+         "rounds_first_generations must be a whole number from min_generations=2 .* got 1"),
+        ({"rounds_generations": 2, "rounds_first_generations": 5}, "to num_generations=4"),
+        ({"rounds_generations": 2, "rounds_max": 0}, "rounds_max must be a whole number of at "),
     ],
 )
 def test_round_settings_that_cannot_work_are_refused(tmp_path, overrides, message):
@@ -152,4 +152,4 @@ def test_round_settings_that_cannot_work_are_refused(tmp_path, overrides, messag
 
 
 def test_a_run_in_rounds_resumes_exactly(tmp_path, tokenizer):
-    assert_resumes_exactly(tmp_path, tokenizer, budget_round_generations=2)
+    assert_resumes_exactly(tmp_path, tokenizer, rounds_generations=2)

@@ -9,10 +9,12 @@ from helpers import config_kwargs, make_trainer
 from trl import GRPOConfig
 
 from trl_budget import BudgetGRPOConfig
+from trl_budget.config import RENAMED_SETTINGS
 
-BUDGET_FIELDS = [f for f in fields(BudgetGRPOConfig) if f.name not in GRPOConfig.__dataclass_fields__]
+BUDGET_FIELDS = [f for f in fields(BudgetGRPOConfig) if f.name not in GRPOConfig.__dataclass_fields__
+                 and f.name not in RENAMED_SETTINGS]
 NUMBERS = [f.name for f in BUDGET_FIELDS if isinstance(f.default, (int, float)) and not isinstance(f.default, bool)
-           or f.name in ("budget_token_cap", "advantage_clip", "budget_first_round_generations", "budget_max_rounds",
+           or f.name in ("budget_token_cap", "advantage_clip", "rounds_first_generations", "rounds_max",
                          "reinforce_ada_max_generated", "pass_rate_window", "pass_rate_rollout_pool",
                          "pass_rate_min_rollouts", "failure_rate_window")]
 SWITCHES = [f.name for f in BUDGET_FIELDS if isinstance(f.default, bool)]
@@ -22,10 +24,10 @@ def rule_reading(name: str) -> dict:
     """Settings under which `name` is read, so that only its own value can be refused."""
     if name.startswith(("reinforce_ada_", "coba_")):
         return {"budget_allocator": name.split("_")[0] if name.startswith("coba_") else "reinforce_ada"}
-    if name in ("budget_first_round_generations", "budget_max_rounds"):
-        return {"budget_round_generations": 2}
-    if name in ("budget_probe_history_weight", "budget_probe_prior_strength"):
-        return {"budget_probe_generations": 2}
+    if name in ("rounds_first_generations", "rounds_max"):
+        return {"rounds_generations": 2}
+    if name in ("probe_history_weight", "probe_prior_strength"):
+        return {"probe_generations": 2}
     if name == "pass_rate_prior_strength":
         return {"prompt_group_column": "level"}
     return {}
@@ -34,7 +36,7 @@ def rule_reading(name: str) -> dict:
 @pytest.mark.parametrize("name", NUMBERS)
 @pytest.mark.parametrize("value", ["2", [2]])
 def test_a_number_of_the_wrong_type_is_named_before_any_range_check(tmp_path, name, value):
-    # Before: budget_probe_generations="2" raised TypeError: '<=' not supported between 'int' and 'str'.
+    # Before: probe_generations="2" raised TypeError: '<=' not supported between 'int' and 'str'.
     with pytest.raises(ValueError, match=f"^{name}(=\\S+)? must (be|lie)"):
         BudgetGRPOConfig(**config_kwargs(tmp_path, **rule_reading(name), **{name: value}))
 
@@ -73,7 +75,7 @@ def test_a_column_setting_must_name_a_column(tmp_path, name):
     [
         ({"max_generations": 10**40}, "max_generations"),
         ({"min_generations": 10**40}, "min_generations"),
-        ({"budget_round_generations": 10**40}, "budget_round_generations"),
+        ({"rounds_generations": 10**40}, "rounds_generations"),
         ({"budget_allocator": "reinforce_ada", "reinforce_ada_samples_per_round": 10**40},
          "reinforce_ada_samples_per_round"),
         ({"budget_allocator": "reinforce_ada", "reinforce_ada_max_generated": 10**40}, "reinforce_ada_max_generated"),
@@ -98,28 +100,28 @@ def test_a_count_beyond_any_batch_is_refused_at_construction(tmp_path, overrides
                                                                    "budget_allocator='knapsack'"),
         ({"budget_allocator": "knapsack", "coba_kappa": 20.0}, "^coba_kappa=20.0 is read only by "),
         # Rounds settings without rounds.
-        ({"budget_first_round_generations": 2}, r"^budget_first_round_generations=2 is never read by "
+        ({"rounds_first_generations": 2}, r"^rounds_first_generations=2 is never read by "
                                                 r"budget_allocator='knapsack' in one shot .* or turn rounds until "
-                                                "mixed on with budget_round_generations"),
-        ({"budget_max_rounds": 3}, "^budget_max_rounds=3 is never read by budget_allocator='knapsack' in one shot"),
-        ({"budget_probe_prior_strength": 2.0}, "^budget_probe_prior_strength=2.0 is never read .* turn a probe stage "
+                                                "mixed on with rounds_generations"),
+        ({"rounds_max": 3}, "^rounds_max=3 is never read by budget_allocator='knapsack' in one shot"),
+        ({"probe_prior_strength": 2.0}, "^probe_prior_strength=2.0 is never read .* turn a probe stage "
                                                "on"),
         # Reinforce-Ada decides from the batch alone.
-        ({"budget_allocator": "reinforce_ada", "budget_round_generations": 2},
-         "^budget_round_generations=2 is never read under budget_allocator='reinforce_ada': it generates each batch "
+        ({"budget_allocator": "reinforce_ada", "rounds_generations": 2},
+         "^rounds_generations=2 is never read under budget_allocator='reinforce_ada': it generates each batch "
          "in rounds of its own"),
-        ({"budget_allocator": "reinforce_ada", "budget_max_rounds": 2}, "^budget_max_rounds=2 is never read under "),
+        ({"budget_allocator": "reinforce_ada", "rounds_max": 2}, "^rounds_max=2 is never read under "),
         ({"budget_allocator": "reinforce_ada", "pass_rate_prior_column": "prior"},
          "^pass_rate_prior_column='prior' is never read under budget_allocator='reinforce_ada'.* or choose a one-shot "
          "allocator"),
         ({"budget_allocator": "reinforce_ada", "prompt_group_column": "level"}, "^prompt_group_column='level' is "),
         # Rounds until mixed: the top-up is neither token-capped nor informed by a prior.
-        ({"budget_round_generations": 2, "budget_token_cap": 1.0},
-         r"^budget_token_cap=1.0 is never read with rounds until mixed \(budget_round_generations\).* set "
-         "budget_round_generations=0 for a one-shot allocation that reads it"),
-        ({"budget_round_generations": 2, "pass_rate_prior_column": "prior"}, "^pass_rate_prior_column='prior' is "
+        ({"rounds_generations": 2, "budget_token_cap": 1.0},
+         r"^budget_token_cap=1.0 is never read with rounds until mixed \(rounds_generations\).* set "
+         "rounds_generations=0 for a one-shot allocation that reads it"),
+        ({"rounds_generations": 2, "pass_rate_prior_column": "prior"}, "^pass_rate_prior_column='prior' is "
                                                                              "never read with rounds until mixed"),
-        ({"budget_round_generations": 2, "prompt_group_column": "level"}, "^prompt_group_column='level' is never "),
+        ({"rounds_generations": 2, "prompt_group_column": "level"}, "^prompt_group_column='level' is never "),
         # Uniform reads no pass rate.
         ({"budget_allocator": "uniform", "prompt_group_column": "level"},
          "^prompt_group_column='level' is never read by budget_allocator='uniform' .* choose an allocator that reads "
@@ -137,10 +139,10 @@ def test_a_setting_the_rule_never_reads_is_refused(tmp_path, overrides, message)
     [
         {"budget_allocator": "knapsack", "knapsack_fallback": False, "pass_rate_prior_column": "prior",
          "pass_rate_prior_strength": 4.0},
-        {"budget_allocator": "coba", "coba_kappa": 20.0, "budget_probe_generations": 2,
-         "budget_probe_prior_strength": 2.0},
-        {"budget_allocator": "uniform", "budget_round_generations": 2, "budget_first_round_generations": 2,
-         "budget_max_rounds": 3, "budget_probe_history_weight": 0.25},
+        {"budget_allocator": "coba", "coba_kappa": 20.0, "probe_generations": 2,
+         "probe_prior_strength": 2.0},
+        {"budget_allocator": "uniform", "rounds_generations": 2, "rounds_first_generations": 2,
+         "rounds_max": 3, "probe_history_weight": 0.25},
         {"budget_allocator": "reinforce_ada", "reinforce_ada_choice": "positive_focused",
          "reinforce_ada_max_generated": 64},
     ],
@@ -162,12 +164,59 @@ def test_a_reinforce_ada_run_whose_first_round_spends_the_cap_is_warned_about(tm
     with caplog.at_level(logging.WARNING, logger="trl_budget.trainer"):
         make_trainer(tmp_path, tokenizer, budget_allocator="reinforce_ada", reinforce_ada_samples_per_round=4,
                      reinforce_ada_max_generated=16)
-        make_trainer(tmp_path, tokenizer, budget_round_generations=2, budget_first_round_generations=2)
+        make_trainer(tmp_path, tokenizer, rounds_generations=2, rounds_first_generations=2)
     assert "can never take a second round" not in caplog.text
 
 
 def test_rounds_whose_first_round_spends_the_budget_are_warned_about(tmp_path, tokenizer, caplog):
     with caplog.at_level(logging.WARNING, logger="trl_budget.trainer"):
-        make_trainer(tmp_path, tokenizer, budget_round_generations=2, budget_first_round_generations=4)
-    assert ("Rounds until mixed can never take a second round here: budget_first_round_generations=4 equals "
+        make_trainer(tmp_path, tokenizer, rounds_generations=2, rounds_first_generations=4)
+    assert ("Rounds until mixed can never take a second round here: rounds_first_generations=4 equals "
             "num_generations, so the first round (2 prompts x 4 = 8 rollouts)") in caplog.text
+
+
+# A value each renamed setting can take, with the settings under which it is read.
+FORMER_NAMES = {
+    "budget_probe_generations": (2, {}), "budget_probe_history_weight": (0.25, {"probe_generations": 2}),
+    "budget_probe_prior_strength": (4.0, {"probe_generations": 2}), "budget_round_generations": (2, {}),
+    "budget_first_round_generations": (3, {"rounds_generations": 2}), "budget_max_rounds": (3, {"rounds_generations": 2}),
+    "budget_per_prompt_rounds": (True, {"rounds_generations": 2}),
+    "budget_dynamic_sampling": (True, {"budget_allocator": "uniform"}),
+    "budget_dynamic_sampling_metric": ("success", {"budget_allocator": "uniform", "dynamic_sampling": True}),
+    "budget_dynamic_sampling_oversample": (2, {"budget_allocator": "uniform", "dynamic_sampling": True}),
+    "budget_dynamic_sampling_max_gen_batches": (4, {"budget_allocator": "uniform", "dynamic_sampling": True}),
+    "budget_loss_weighting": ("prompt", {}),
+}
+
+
+def test_every_renamed_setting_is_covered():
+    assert set(FORMER_NAMES) == set(RENAMED_SETTINGS)
+
+
+@pytest.mark.parametrize("former", sorted(FORMER_NAMES))
+def test_a_former_name_sets_the_renamed_setting_with_a_warning(tmp_path, former):
+    value, context = FORMER_NAMES[former]
+    new = RENAMED_SETTINGS[former]
+    with pytest.warns(FutureWarning, match=f"^{former} is deprecated .*: use {new}={value!r} instead"):
+        config = BudgetGRPOConfig(**config_kwargs(tmp_path, **context, **{former: value}))
+    assert getattr(config, new) == value and getattr(config, former) is None
+    assert getattr(config, new) == getattr(BudgetGRPOConfig(**config_kwargs(tmp_path, **context, **{new: value})), new)
+
+
+def test_a_former_name_and_its_new_name_set_apart_are_refused(tmp_path):
+    with pytest.raises(ValueError, match=r"^budget_probe_generations=2 and probe_generations=1 both set "
+                                         r"probe_generations \(budget_probe_generations is its former name\)"):
+        BudgetGRPOConfig(**config_kwargs(tmp_path, budget_probe_generations=2, probe_generations=1))
+
+
+def test_a_recipe_and_the_command_line_take_the_former_names(tmp_path):
+    from trl_budget.scripts.grpo import make_parser
+
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("budget_allocator: uniform\nbudget_dynamic_sampling: true\n")
+    parser = make_parser()
+    with pytest.warns(FutureWarning, match="budget_dynamic_sampling_oversample is deprecated"):
+        _, config, *_ = parser.parse_args_and_config(
+            ["--config", str(recipe), "--output_dir", str(tmp_path), "--budget_dynamic_sampling_oversample", "3",
+             "--model_name_or_path", "m", "--dataset_name", "d", "--report_to", "none", "--use_cpu", "true"])
+    assert config.dynamic_sampling and config.dynamic_sampling_oversample == 3

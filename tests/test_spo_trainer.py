@@ -201,11 +201,11 @@ def test_an_spo_run_resumes_exactly(tmp_path, tokenizer):
      ({"budget_allocator": "spo", "advantage_baseline": "group"}, "with spo_rollouts_per_prompt=1 trains one "
                                                                   "rollout a prompt, and advantage_baseline='group'"),
      ({"budget_allocator": "spo", "advantage_baseline": "all_rollouts"}, "every advantage would be 0"),
-     ({"budget_allocator": "spo", "budget_loss_weighting": "prompt"}, "would only scale every advantage by a "
+     ({"budget_allocator": "spo", "loss_weighting": "prompt"}, "would only scale every advantage by a "
                                                                        "constant"),
      ({"budget_allocator": "spo", "spo_rollouts_per_prompt": 3}, "does not divide generation_batch_size=8"),
      ({"advantage_baseline": "spo", "multi_objective_aggregation": "normalize_then_sum"}, "'spo' compares each"),
-     ({"budget_allocator": "uniform", "budget_dynamic_sampling": True, "prompt_sampling": "spo"},
+     ({"budget_allocator": "uniform", "dynamic_sampling": True, "prompt_sampling": "spo"},
       "cannot choose them too")],
 )
 def test_spo_settings_that_cannot_work_are_refused(tmp_path, overrides, message):

@@ -44,8 +44,8 @@ def answer_of_row(output, row, tokenizer) -> str:
 
 @pytest.mark.parametrize("budget", [dict(budget_allocator="knapsack", pass_rate_min_rollouts=1),
                                     dict(budget_allocator="coba"),
-                                    dict(budget_allocator="knapsack", budget_probe_generations=2),
-                                    dict(budget_allocator="uniform", budget_round_generations=2)],
+                                    dict(budget_allocator="knapsack", probe_generations=2),
+                                    dict(budget_allocator="uniform", rounds_generations=2)],
                          ids=["knapsack", "coba", "knapsack-probe", "rounds"])
 def test_tool_rollouts_are_credited_to_their_prompts(tmp_path, tool_model, budget):
     tokenizer, reward = build_tool_tokenizer(), ToolReward()
@@ -142,7 +142,7 @@ def test_an_environments_tool_is_called_by_the_rollout_it_was_reset_for(tmp_path
         factory = {"left": AddingEnvironment, "right": AddingEnvironment}
     trainer = make_trainer(tmp_path, build_tool_tokenizer(), model=AutoModelForCausalLM.from_pretrained(tool_model),
                            reward_funcs=ToolReward(), environment_factory=factory, dataset=data, max_steps=3,
-                           per_device_train_batch_size=16, max_completion_length=128, budget_probe_generations=2)
+                           per_device_train_batch_size=16, max_completion_length=128, probe_generations=2)
     trainer.train()
     calls = [(episode["prompt"], call) for episode in AddingEnvironment.episodes for call in episode["calls"]]
     assert len(calls) >= 0.8 * 3 * 16

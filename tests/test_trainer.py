@@ -208,7 +208,7 @@ def test_shared_tracker_is_used(tmp_path, tokenizer):
         ({"budget_allocator": "coba", "coba_gamma": float("nan")}, "^coba_gamma must be a finite number above 0"),
         ({"budget_allocator": "coba", "coba_gamma": -1.0}, "^coba_gamma must be a finite number above 0"),
         ({"pass_rate_window": float("inf")}, "^pass_rate_window must be a whole number"),
-        ({"budget_probe_history_weight": float("inf")}, "^budget_probe_history_weight must be a finite number"),
+        ({"probe_history_weight": float("inf")}, "^probe_history_weight must be a finite number"),
         ({"budget_allocator_kwargs": {"fallbak": False}},
          "^budget_allocator_kwargs has 'fallbak', which the 'knapsack' allocator .* Did you mean 'fallback'\\? Its "
          "options are: default_generations, fallback, fallback_confidence"),

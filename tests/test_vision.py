@@ -96,8 +96,8 @@ def test_a_tiny_vlm_trains_with_budgets_and_images_key_their_prompts(tmp_path):
         ({"budget_allocator": "reinforce_ada", "reinforce_ada_max_rounds": 1},
          r"ReinforceAda\(.*\) generates each batch in rounds and trains a subset of the rows, which cannot merge "
          r"multimodal generation outputs yet\. To train vision prompts with a one-shot allocator"),
-        ({"budget_round_generations": 2}, "To set budget_round_generations=0"),
-        ({"budget_probe_generations": 2}, "To set budget_probe_generations=0"),
+        ({"rounds_generations": 2}, "To set rounds_generations=0"),
+        ({"probe_generations": 2}, "To set probe_generations=0"),
     ],
 )
 def test_vision_prompts_in_rounds_are_refused_before_the_model_loads(tmp_path, overrides, fix):

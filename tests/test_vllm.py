@@ -119,15 +119,15 @@ REINFORCE_ADA = {"budget_allocator": "reinforce_ada", "reinforce_ada_samples_per
 @pytest.mark.parametrize(
     "overrides, trainer_options, message",
     [
-        ({"budget_allocator": "knapsack"}, {}, r"^budget_per_prompt_rounds=True is read only by a rule that generates "
+        ({"budget_allocator": "knapsack"}, {}, r"^rounds_prompt_by_prompt=True is read only by a rule that generates "
                                                r"each batch in rounds decided prompt by prompt: .*this run's allocator "
-                                               r"is KnapsackAllocator.* Set budget_per_prompt_rounds=False"),
-        ({"budget_allocator": "uniform", "budget_dynamic_sampling": True}, {}, r"^budget_per_prompt_rounds=True is "
+                                               r"is KnapsackAllocator.* Set rounds_prompt_by_prompt=False"),
+        ({"budget_allocator": "uniform", "dynamic_sampling": True}, {}, r"^rounds_prompt_by_prompt=True is "
                                                                                r"read only .* and dynamic sampling"),
         ({**REINFORCE_ADA, "use_vllm": False}, {}, r"needs use_vllm=True; this run has use_vllm=False"),
-        ({"budget_round_generations": 2, "vllm_enable_sleep_mode": True}, {},
+        ({"rounds_generations": 2, "vllm_enable_sleep_mode": True}, {},
          r"in vllm_mode='colocate' .* stays awake between them, so it needs vllm_enable_sleep_mode=False"),
-        ({"budget_round_generations": 2, "vllm_tensor_parallel_size": 2}, {}, r"needs vllm_tensor_parallel_size=1"),
+        ({"rounds_generations": 2, "vllm_tensor_parallel_size": 2}, {}, r"needs vllm_tensor_parallel_size=1"),
         (REINFORCE_ADA, {"tools": [lambda x: x]}, r"single-turn completions .* was given tools"),
     ],
 )
@@ -136,7 +136,7 @@ def test_rounds_prompt_by_prompt_are_refused_where_they_cannot_run(tmp_path, tok
     import trl.generation.vllm_generation as vllm_generation
 
     monkeypatch.setattr(vllm_generation, "is_vllm_available", lambda: True)
-    settings = {"use_vllm": True, "vllm_mode": "colocate", "budget_per_prompt_rounds": True, **overrides}
+    settings = {"use_vllm": True, "vllm_mode": "colocate", "rounds_prompt_by_prompt": True, **overrides}
     args = BudgetGRPOConfig(**config_kwargs(tmp_path, **settings))
     with pytest.raises(ValueError, match=message):
         BudgetGRPOTrainer(model=build_tiny_model(tokenizer), reward_funcs=parity_reward, args=args,
@@ -148,10 +148,10 @@ def test_rounds_prompt_by_prompt_are_refused_where_they_cannot_run(tmp_path, tok
     [
         ({**REINFORCE_ADA, "reinforce_ada_samples_per_round": 5},
          r"this run has reinforce_ada_samples_per_round=5\. Choose multiples"),
-        ({"budget_round_generations": 3}, r"this run has budget_round_generations=3\."),
-        ({"budget_round_generations": 2, "budget_first_round_generations": 3, "max_generations": 7},
-         r"this run has budget_first_round_generations=3, max_generations=7\."),
-        ({"budget_round_generations": 2, "min_generations": 3, "max_generations": 9},
+        ({"rounds_generations": 3}, r"this run has rounds_generations=3\."),
+        ({"rounds_generations": 2, "rounds_first_generations": 3, "max_generations": 7},
+         r"this run has rounds_first_generations=3, max_generations=7\."),
+        ({"rounds_generations": 2, "min_generations": 3, "max_generations": 9},
          r"this run has min_generations=3, max_generations=9\."),
     ],
 )
@@ -160,14 +160,14 @@ def test_rounds_prompt_by_prompt_on_several_processes_are_refused_where_a_round_
     from trl_budget.setup_checks import check_per_prompt_rounds
 
     args = BudgetGRPOConfig(**config_kwargs(tmp_path, use_vllm=True, vllm_mode="colocate",
-                                            budget_per_prompt_rounds=True, **overrides))
+                                            rounds_prompt_by_prompt=True, **overrides))
     monkeypatch.setattr(BudgetGRPOConfig, "world_size", property(lambda self: 2))  # as under a 2-process launch
-    with pytest.raises(ValueError, match=r"^budget_per_prompt_rounds=True on 2 processes deals each prompt's round "
+    with pytest.raises(ValueError, match=r"^rounds_prompt_by_prompt=True on 2 processes deals each prompt's round "
                                          r"evenly .*multiple of 2; " + message):
         check_per_prompt_rounds(args, args.make_allocator(), {})
     even = {**overrides, **{name: value + value % 2 for name, value in overrides.items() if isinstance(value, int)}}
     args = BudgetGRPOConfig(**config_kwargs(tmp_path, use_vllm=True, vllm_mode="colocate",
-                                            budget_per_prompt_rounds=True, **even))
+                                            rounds_prompt_by_prompt=True, **even))
     check_per_prompt_rounds(args, args.make_allocator(), {})  # every amount even: accepted
 
 
@@ -196,7 +196,7 @@ def test_colocate_mode_on_gpu(tmp_path, tokenizer):
 
 
 def test_server_mode_with_a_probe_stage_sends_two_requests_per_batch(server_trainer, tokenizer):
-    trainer = server_trainer(max_steps=4, budget_probe_generations=2)
+    trainer = server_trainer(max_steps=4, probe_generations=2)
     trainer.train()
     requests, plans = RecordingVLLMClient.requests, PlanRecordingTrainer.plans
     assert len(plans) == 4 and len(requests) == 2 * 4  # the probe, then the rest, for every generation batch

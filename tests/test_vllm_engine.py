@@ -204,7 +204,7 @@ def test_server_mode_gives_each_prompt_its_count_of_its_own_completions(tmp_path
 def test_server_mode_probe_sends_two_requests_and_merges_both_stages(tmp_path, copy_model, vllm_server,
                                                                      cpu_weight_sync, requests_sent):
     rows = Rows()
-    trainer = server_trainer(tmp_path, copy_model, vllm_server, rows, max_steps=4, budget_probe_generations=2)
+    trainer = server_trainer(tmp_path, copy_model, vllm_server, rows, max_steps=4, probe_generations=2)
     trainer.train()
     plans = PlanRecorder.plans
     assert len(plans) == 4
@@ -221,7 +221,7 @@ def test_server_mode_rounds_send_one_request_a_round_and_credit_every_row(tmp_pa
                                                                            cpu_weight_sync, requests_sent):
     rows = Rows()
     trainer = server_trainer(tmp_path, copy_model, vllm_server, rows, prompts=4, max_steps=4,
-                             per_device_train_batch_size=16, budget_round_generations=2)
+                             per_device_train_batch_size=16, rounds_generations=2)
     trainer.train()
     plans = PlanRecorder.plans
     assert len(plans) == 4 and any(len(plan.round_counts) > 1 for plan, _ in plans)  # some batches took rounds
@@ -262,8 +262,8 @@ def test_server_mode_dynamic_sampling_sends_a_request_per_generation_batch_and_t
         tmp_path, copy_model, vllm_server, cpu_weight_sync, requests_sent):
     rows = Rows()
     trainer = server_trainer(tmp_path, copy_model, vllm_server, rows, prompts=10, max_steps=4,
-                             budget_allocator="uniform", budget_dynamic_sampling=True,
-                             budget_dynamic_sampling_oversample=2, budget_dynamic_sampling_max_gen_batches=0)
+                             budget_allocator="uniform", dynamic_sampling=True,
+                             dynamic_sampling_oversample=2, dynamic_sampling_max_gen_batches=0)
     trainer.train()
     plans = PlanRecorder.plans
     assert requests_sent == [(16, 1)] * len(rows.batches)  # one request per generation batch of 4 prompts x 4
@@ -312,7 +312,7 @@ def test_server_mode_runs_each_rollouts_tool_loop_for_its_own_prompt(tmp_path, t
     args = BudgetGRPOConfig(**config_kwargs(
         tmp_path, use_vllm=True, vllm_mode="server", vllm_server_host=tool_server["host"],
         vllm_server_port=tool_server["port"], max_completion_length=128, temperature=0.7, max_steps=3,
-        per_device_train_batch_size=16, budget_probe_generations=2))
+        per_device_train_batch_size=16, probe_generations=2))
     trainer = PlanRecorder(model=str(tool_model), reward_funcs=reward, args=args, train_dataset=tool_dataset(4),
                            processing_class=build_tool_tokenizer(), tools=[add])
     trainer.train()

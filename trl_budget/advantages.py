@@ -178,7 +178,7 @@ def advantages_against_baseline(baseline: str, trained_per_func: torch.Tensor, t
 
 def prompt_loss_weights(counts: torch.Tensor, num_generations: int) -> torch.Tensor:
     """Per row, the factor `num_generations / N_i` that gives each prompt's rollouts together the loss weight of
-    `num_generations` rollouts (`budget_loss_weighting="prompt"`).
+    `num_generations` rollouts (`loss_weighting="prompt"`).
 
     Every TRL loss is positively homogeneous in the advantage (the clipped surrogate `-min(r A, clip(r) A)`, CISPO's,
     SAPO's and VESPO's weights depend on the advantage's sign only), so scaling a prompt's advantages by a positive

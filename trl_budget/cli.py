@@ -182,7 +182,7 @@ def demo_variant(allocator: str, probe: int, baseline: str | None,
     label = allocator + (f"-probe{probe}" if probe else "") + (f"-{baseline}" if baseline else "")
     options = {} if baseline is None else {"advantage_baseline": baseline}
     if allocator != "reinforce_ada":
-        return label, settings, {**options, **({"budget_probe_generations": probe} if probe else {})}
+        return label, settings, {**options, **({"probe_generations": probe} if probe else {})}
     return label, replace(settings, num_generations=REINFORCE_ADA_TRAINED), {**options, **REINFORCE_ADA_AT_EQUAL_COST}
 
 
@@ -399,8 +399,10 @@ def grpo_help() -> str:
     under TRL's, read from the sources without importing TRL, transformers or torch, so that it answers at once."""
     ours = ", ".join(sorted(path.stem for path in ACCELERATE_CONFIGS.glob("*.yaml")))
     budget, training = dataclass_help("BudgetGRPOConfig"), dataclass_help("GRPOConfig")
-    lines = [GRPO_USAGE.format(ours=ours), "", f"{BUDGET_HEADING}:"]
-    lines += [entry for name, entry in budget.items() if name not in training]
+    own = [entry for name, entry in budget.items() if name not in training]
+    former = [entry for entry in own if "Deprecated: use" in entry]  # a renamed setting's former name
+    lines = [GRPO_USAGE.format(ours=ours), "", f"{BUDGET_HEADING}:", *(entry for entry in own if entry not in former)]
+    lines += ["", "Former names of renamed budget settings (accepted until trl_budget 0.3):", *former]
     for heading, name in TRL_HELP_GROUPS:
         entries = dataclass_help(name)
         if name == "GRPOConfig":  # with the budget's default where it changes one of TRL's

@@ -31,6 +31,24 @@ TRACKER_FIELDS = {
     "reward_history_window": "advantage_history_window",
 }
 ADVANTAGE_BASELINES = ("group", "all_rollouts", "history", "spo")
+# Former name -> name. Settings are named after what they set: `budget_*` the allocation (its rule, options and token
+# cap), `<rule>_*` a rule's options, `pass_rate_*`, `success_*` and `failure_rate_window` the tracker's estimates,
+# `probe_*`, `rounds_*` and `dynamic_sampling*` how a batch is generated, `advantage_*` the baseline, `prompt_*` the
+# prompts, `loss_weighting` the loss. The former names are accepted, with a FutureWarning, until trl_budget 0.3.
+RENAMED_SETTINGS = {
+    "budget_probe_generations": "probe_generations",
+    "budget_probe_history_weight": "probe_history_weight",
+    "budget_probe_prior_strength": "probe_prior_strength",
+    "budget_round_generations": "rounds_generations",
+    "budget_first_round_generations": "rounds_first_generations",
+    "budget_max_rounds": "rounds_max",
+    "budget_per_prompt_rounds": "rounds_prompt_by_prompt",
+    "budget_dynamic_sampling_metric": "dynamic_sampling_metric",
+    "budget_dynamic_sampling_oversample": "dynamic_sampling_oversample",
+    "budget_dynamic_sampling_max_gen_batches": "dynamic_sampling_max_gen_batches",
+    "budget_dynamic_sampling": "dynamic_sampling",
+    "budget_loss_weighting": "loss_weighting",
+}
 DYNAMIC_SAMPLING_METRICS = ("reward", "success")
 
 
@@ -144,32 +162,32 @@ class BudgetGRPOConfig(GRPOConfig):
 
         > Parameters of the probe stage
 
-        budget_probe_generations (`int`, *optional*, defaults to `0`):
+        probe_generations (`int`, *optional*, defaults to `0`):
             Rollouts of every prompt in a first (probe) stage of each generation batch, within the same budget: they
             are scored, each prompt's pass rate is re-estimated from them and its history, and the allocator spreads
             the rest of the budget. At most `min_generations`. 0: no probe stage.
-        budget_probe_history_weight (`float`, *optional*, defaults to `0.5`):
+        probe_history_weight (`float`, *optional*, defaults to `0.5`):
             Weight of one past rollout against one probe rollout in that estimate (the mean of a Beta posterior whose
             prior is the discounted history).
-        budget_probe_prior_strength (`float`, *optional*, defaults to `0.0`):
+        probe_prior_strength (`float`, *optional*, defaults to `0.0`):
             Pseudo-rollouts at the batch's probe pass rate added to every prompt's estimate (empirical Bayes), so that
             a few probe rollouts cannot alone make a prompt look hopeless or solved. 0: none.
 
         > Parameters of rounds until mixed
 
-        budget_round_generations (`int`, *optional*, defaults to `0`):
+        rounds_generations (`int`, *optional*, defaults to `0`):
             Generate each batch in rounds: a first round of every prompt, then rounds of this many more rollouts for
             each prompt whose rollouts so far are all successes or all failures, until every prompt is mixed or has
             `max_generations`, or the rounds run out; the allocator then spreads the budget left by its value (uniform:
             evenly), from pass rates that include the batch's rollouts. Every rollout is trained. 0: no rounds.
-        budget_first_round_generations (`int` or `None`, *optional*, defaults to `None`):
+        rounds_first_generations (`int` or `None`, *optional*, defaults to `None`):
             Rollouts of every prompt in the first round, between `min_generations` and `num_generations`. `None`:
             `min_generations`.
-        budget_max_rounds (`int` or `None`, *optional*, defaults to `None`):
+        rounds_max (`int` or `None`, *optional*, defaults to `None`):
             Most rounds of sampling until mixed, the first included (each is one generation request); the allocator's
             top-up of the budget left is one more. `None`: until every prompt is mixed or capped, or the budget is
             spent.
-        budget_per_prompt_rounds (`bool`, *optional*, defaults to `False`):
+        rounds_prompt_by_prompt (`bool`, *optional*, defaults to `False`):
             With rounds (Reinforce-Ada, or rounds until mixed), send each prompt's next round to the colocated vLLM
             engine as soon as its own round has finished and been scored, while the other prompts' rollouts keep
             decoding, instead of one blocking request a round. A prompt goes on alone only while the rule's decision
@@ -180,28 +198,28 @@ class BudgetGRPOConfig(GRPOConfig):
 
         > Parameters of dynamic sampling (DAPO)
 
-        budget_dynamic_sampling (`bool`, *optional*, defaults to `False`):
+        dynamic_sampling (`bool`, *optional*, defaults to `False`):
             DAPO's dynamic sampling, as verl's DAPO recipe releases it (`algorithm.filter_groups.enable`; NeMo RL's
             `use_dynamic_sampling`): each batch generates `num_generations` rollouts of every prompt of a generation
             batch drawn from the training data, drops the prompts whose rollouts all agree, and draws further
             generation batches until the training batch's `generation_batch_size / num_generations` prompts all
             carry a gradient; the first of them in the data's order are trained. Runs with
             `budget_allocator="uniform"`, without rounds or a probe.
-        budget_dynamic_sampling_metric (`str`, *optional*, defaults to `"reward"`):
+        dynamic_sampling_metric (`str`, *optional*, defaults to `"reward"`):
             What must differ among a prompt's rollouts for it to be kept (verl's `filter_groups.metric`): `"reward"`,
             the weighted sum of the rewards (verl's `score`); `"success"`, the outcome the tracker counts
             (`success_reward_func`, `success_threshold`; verl's `acc`).
-        budget_dynamic_sampling_oversample (`int`, *optional*, defaults to `1`):
+        dynamic_sampling_oversample (`int`, *optional*, defaults to `1`):
             Prompts of each generation batch, as a multiple of the training batch's prompts (verl's
             `data.gen_batch_size / data.train_batch_size`; its DAPO recipe uses 3).
-        budget_dynamic_sampling_max_gen_batches (`int`, *optional*, defaults to `10`):
+        dynamic_sampling_max_gen_batches (`int`, *optional*, defaults to `10`):
             Most generation batches per training batch (verl's `filter_groups.max_num_gen_batches`, NeMo RL's
             `dynamic_sampling_max_gen_batches`). When they hold too few kept prompts, training stops with an error,
             as verl's recipe does. 0: no cap.
 
         > Parameters that control the advantages and the loss
 
-        budget_loss_weighting (`str`, *optional*, defaults to `"token"`):
+        loss_weighting (`str`, *optional*, defaults to `"token"`):
             How a prompt's rollouts weigh in the loss. `"token"`: as TRL and both releases, every rollout (or token)
             alike, so a prompt with 128 rollouts weighs 16 times one with 8. `"prompt"`: each prompt's rollouts
             together weigh as `num_generations` rollouts (its advantages are scaled by `num_generations / N_i`), so
@@ -391,68 +409,68 @@ class BudgetGRPOConfig(GRPOConfig):
                   "prompt."},
     )
 
-    budget_probe_generations: int = field(
+    probe_generations: int = field(
         default=0,
         metadata={"help": "Rollouts of every prompt in a first (probe) stage of each generation batch; the allocator "
                   "then spreads the rest of the budget from pass rates that include the probe. 0: no probe stage."},
     )
-    budget_probe_history_weight: float = field(
+    probe_history_weight: float = field(
         default=0.5,
         metadata={"help": "With a probe stage, the weight of one past rollout against one probe rollout in the fresh "
                   "pass rate (past rollouts come from an older policy)."},
     )
-    budget_probe_prior_strength: float = field(
+    probe_prior_strength: float = field(
         default=0.0,
         metadata={"help": "With a probe stage, pseudo-rollouts at the batch's probe pass rate added to every prompt's "
                   "estimate (empirical Bayes), so that a few probe rollouts cannot alone make a prompt look "
                   "hopeless or solved. 0: none."},
     )
-    budget_round_generations: int = field(
+    rounds_generations: int = field(
         default=0,
         metadata={"help": "Generate each batch in rounds: after a first round, this many more rollouts per round for "
                   "every prompt whose rollouts are still all successes or all failures, until each is mixed or "
                   "capped; the allocator spreads the budget left by its value. 0: no rounds."},
     )
-    budget_first_round_generations: int | None = field(
+    rounds_first_generations: int | None = field(
         default=None,
         metadata={"help": "With rounds, rollouts of every prompt in the first round (min_generations to "
                   "num_generations). None: min_generations."},
     )
-    budget_max_rounds: int | None = field(
+    rounds_max: int | None = field(
         default=None,
         metadata={"help": "With rounds, the most rounds of sampling until mixed, the first included. None: until every "
                   "prompt is mixed or capped, or the budget is spent."},
     )
-    budget_per_prompt_rounds: bool = field(
+    rounds_prompt_by_prompt: bool = field(
         default=False,
         metadata={"help": "With rounds (Reinforce-Ada, rounds until mixed): send each prompt's next round to the "
                   "vLLM engine (colocated or served) as soon as its own round is scored, deciding exactly as the "
                   "round-synchronous path does. On several processes, every amount of a round a multiple of the "
                   "processes."},
     )
-    budget_dynamic_sampling: bool = field(
+    dynamic_sampling: bool = field(
         default=False,
         metadata={"help": "DAPO's dynamic sampling (verl's filter_groups): draw generation batches of new prompts "
                   "until the training batch's prompts all have rollouts that differ; prompts whose rollouts all "
                   "agree are dropped. With budget_allocator='uniform'."},
     )
-    budget_dynamic_sampling_metric: str = field(
+    dynamic_sampling_metric: str = field(
         default="reward",
         metadata={"help": "Dynamic sampling: what must differ among a prompt's rollouts for it to be kept: 'reward' "
                   "(their weighted reward, verl's 'score') or 'success' (the tracker's outcome, verl's 'acc').",
                   "choices": ["reward", "success"]},
     )
-    budget_dynamic_sampling_oversample: int = field(
+    dynamic_sampling_oversample: int = field(
         default=1,
         metadata={"help": "Dynamic sampling: prompts per generation batch, as a multiple of the training batch's "
                   "(verl's gen_batch_size / train_batch_size; its DAPO recipe uses 3)."},
     )
-    budget_dynamic_sampling_max_gen_batches: int = field(
+    dynamic_sampling_max_gen_batches: int = field(
         default=10,
         metadata={"help": "Dynamic sampling: most generation batches per training batch (verl's "
                   "max_num_gen_batches); too few kept prompts by then stops training with an error. 0: no cap."},
     )
-    budget_loss_weighting: str = field(
+    loss_weighting: str = field(
         default="token",
         metadata={"help": "How a prompt's rollouts weigh in the loss: 'token' (every rollout alike, as TRL and both "
                   "releases) or 'prompt' (each prompt's rollouts together weigh as num_generations rollouts: "
@@ -528,9 +546,64 @@ class BudgetGRPOConfig(GRPOConfig):
                   "after pool. None: the whole training set every batch."},
     )
 
+    # Deprecated parameters: the former names of settings now named after the stage they set (see RENAMED_SETTINGS).
+    budget_probe_generations: int | None = field(
+        default=None, metadata={"help": "Deprecated: use `probe_generations` instead (the same setting, renamed)."},
+    )
+    budget_probe_history_weight: float | None = field(
+        default=None, metadata={"help": "Deprecated: use `probe_history_weight` instead (the same setting, renamed)."},
+    )
+    budget_probe_prior_strength: float | None = field(
+        default=None, metadata={"help": "Deprecated: use `probe_prior_strength` instead (the same setting, renamed)."},
+    )
+    budget_round_generations: int | None = field(
+        default=None, metadata={"help": "Deprecated: use `rounds_generations` instead (the same setting, renamed)."},
+    )
+    budget_first_round_generations: int | None = field(
+        default=None, metadata={"help": "Deprecated: use `rounds_first_generations` instead (the same setting, renamed)."},
+    )
+    budget_max_rounds: int | None = field(
+        default=None, metadata={"help": "Deprecated: use `rounds_max` instead (the same setting, renamed)."},
+    )
+    budget_per_prompt_rounds: bool | None = field(
+        default=None, metadata={"help": "Deprecated: use `rounds_prompt_by_prompt` instead (the same setting, renamed)."},
+    )
+    budget_dynamic_sampling_metric: str | None = field(
+        default=None, metadata={"help": "Deprecated: use `dynamic_sampling_metric` instead (the same setting, renamed)."},
+    )
+    budget_dynamic_sampling_oversample: int | None = field(
+        default=None, metadata={"help": "Deprecated: use `dynamic_sampling_oversample` instead (the same setting, renamed)."},
+    )
+    budget_dynamic_sampling_max_gen_batches: int | None = field(
+        default=None, metadata={"help": "Deprecated: use `dynamic_sampling_max_gen_batches` instead (the same setting, renamed)."},
+    )
+    budget_dynamic_sampling: bool | None = field(
+        default=None, metadata={"help": "Deprecated: use `dynamic_sampling` instead (the same setting, renamed)."},
+    )
+    budget_loss_weighting: str | None = field(
+        default=None, metadata={"help": "Deprecated: use `loss_weighting` instead (the same setting, renamed)."},
+    )
+
     def __post_init__(self):
+        self.apply_renamed_settings()
         super().__post_init__()
         self.check_budget_settings()
+
+    def apply_renamed_settings(self) -> None:
+        """A setting given under its former name (`RENAMED_SETTINGS`) sets the renamed one, with a FutureWarning; the
+        former name is then cleared, so that the config holds each setting once."""
+        for old, new in RENAMED_SETTINGS.items():
+            value = getattr(self, old)
+            if value is None:
+                continue
+            current = getattr(self, new)
+            if not _same(current, self.__dataclass_fields__[new].default) and not _same(current, value):
+                raise ValueError(f"{old}={value!r} and {new}={current!r} both set {new} ({old} is its former name). "
+                                 f"Keep {new} only.")
+            warnings.warn(f"{old} is deprecated and will be removed in trl_budget 0.3: use {new}={value!r} instead "
+                          "(the same setting, renamed).", FutureWarning, stacklevel=4)
+            setattr(self, new, value)
+            setattr(self, old, None)
 
     def check_budget_settings(self) -> None:
         """Raise a `ValueError` naming the first budget setting that cannot work, or that the chosen rule never reads.
@@ -559,10 +632,10 @@ class BudgetGRPOConfig(GRPOConfig):
                 f"success_reward_func={self.success_reward_func} is not a reward function index; give the index "
                 "(from 0) or the name of one of the trainer's reward_funcs, or None for their weighted sum."
             )
-        check_whole_number("budget_probe_generations", self.budget_probe_generations, 0)
-        if self.budget_probe_generations > self.min_generations:
+        check_whole_number("probe_generations", self.probe_generations, 0)
+        if self.probe_generations > self.min_generations:
             raise ValueError(
-                f"budget_probe_generations={self.budget_probe_generations} must lie between 0 (no probe stage) and "
+                f"probe_generations={self.probe_generations} must lie between 0 (no probe stage) and "
                 f"min_generations={self.min_generations}: the probe's rollouts are part of every prompt's count. "
                 "Lower it, or raise min_generations."
             )
@@ -571,7 +644,7 @@ class BudgetGRPOConfig(GRPOConfig):
         check_finite("pass_rate_prior_strength", self.pass_rate_prior_strength, 0.0, "above 0")
         if self.budget_token_cap is not None:
             check_finite("budget_token_cap", self.budget_token_cap, 0.0, "above 0 (a multiple of uniform's tokens)")
-        for name in ("budget_probe_history_weight", "budget_probe_prior_strength"):
+        for name in ("probe_history_weight", "probe_prior_strength"):
             if not (is_finite_number(getattr(self, name)) and getattr(self, name) >= 0):
                 raise ValueError(f"{name} must be a finite number, 0 or more, got {shown(getattr(self, name))}.")
         self.check_advantage_baseline()
@@ -615,11 +688,11 @@ class BudgetGRPOConfig(GRPOConfig):
                     f"allocator is {self.budget_allocator!r}, which would ignore it. Remove {own[0]}, or set "
                     f"budget_allocator={allocator!r}."
                 )
-        dynamic = [name for name in changed if name.startswith("budget_dynamic_sampling_")]
-        if dynamic and not self.budget_dynamic_sampling:
+        dynamic = [name for name in changed if name.startswith("dynamic_sampling_")]
+        if dynamic and not self.dynamic_sampling:
             raise ValueError(
-                f"{dynamic[0]}={changed[dynamic[0]]!r} is read only with budget_dynamic_sampling=True, which this run "
-                "does not set, so it would be ignored. Remove it, or set budget_dynamic_sampling=True."
+                f"{dynamic[0]}={changed[dynamic[0]]!r} is read only with dynamic_sampling=True, which this run "
+                "does not set, so it would be ignored. Remove it, or set dynamic_sampling=True."
             )
         self.refuse_unread_spo_settings(changed)
         if "advantage_history_window" in changed and self.advantage_baseline != "history":
@@ -663,38 +736,38 @@ class BudgetGRPOConfig(GRPOConfig):
         if self.budget_allocator == "spo":
             return ("under budget_allocator='spo': every prompt gets spo_rollouts_per_prompt rollouts in one round, "
                     "its prompts drawn by prompt sampling"), dict.fromkeys(
-                ("min_generations", "max_generations", "budget_probe_generations", "budget_round_generations",
-                 "budget_first_round_generations", "budget_max_rounds", "budget_token_cap", "pass_rate_prior_column",
-                 "prompt_group_column", "pass_rate_prior_strength", "budget_probe_history_weight",
-                 "budget_probe_prior_strength", "budget_per_prompt_rounds"),
+                ("min_generations", "max_generations", "probe_generations", "rounds_generations",
+                 "rounds_first_generations", "rounds_max", "budget_token_cap", "pass_rate_prior_column",
+                 "prompt_group_column", "pass_rate_prior_strength", "probe_history_weight",
+                 "probe_prior_strength", "rounds_prompt_by_prompt"),
                 ", or choose another allocator for it")
         if self.budget_allocator == "reinforce_ada":
             fix = ", or choose a one-shot allocator ('knapsack', 'coba' or 'uniform') for it"
             return ("under budget_allocator='reinforce_ada': it generates each batch in rounds of its own "
                     "(reinforce_ada_samples_per_round, reinforce_ada_max_rounds, reinforce_ada_max_generated) and "
                     "decides from the batch's own rollouts alone"), dict.fromkeys(
-                ("budget_probe_generations", "budget_round_generations", "budget_first_round_generations",
-                 "budget_max_rounds", "budget_token_cap", "pass_rate_prior_column", "prompt_group_column",
-                 "pass_rate_prior_strength", "budget_probe_history_weight", "budget_probe_prior_strength"), fix)
-        if self.budget_round_generations:
-            return ("with rounds until mixed (budget_round_generations): every prompt's first round is the same, and "
+                ("probe_generations", "rounds_generations", "rounds_first_generations",
+                 "rounds_max", "budget_token_cap", "pass_rate_prior_column", "prompt_group_column",
+                 "pass_rate_prior_strength", "probe_history_weight", "probe_prior_strength"), fix)
+        if self.rounds_generations:
+            return ("with rounds until mixed (rounds_generations): every prompt's first round is the same, and "
                     "the top-up spreads the budget left, not token-capped, from rates that include the batch's "
-                    "rollouts (the tracker's history, budget_probe_history_weight and budget_probe_prior_strength; "
+                    "rollouts (the tracker's history, probe_history_weight and probe_prior_strength; "
                     "no prior)"), dict.fromkeys(
                 ("budget_token_cap", "pass_rate_prior_column", "prompt_group_column", "pass_rate_prior_strength"),
-                ", or set budget_round_generations=0 for a one-shot allocation that reads it")
-        unread = dict.fromkeys(("budget_first_round_generations", "budget_max_rounds"),
-                               ", or turn rounds until mixed on with budget_round_generations")
-        if not self.budget_probe_generations:
-            unread.update(dict.fromkeys(("budget_probe_history_weight", "budget_probe_prior_strength"),
-                                        ", or turn a probe stage on (budget_probe_generations) or rounds until mixed "
-                                        "(budget_round_generations), which read it"))
+                ", or set rounds_generations=0 for a one-shot allocation that reads it")
+        unread = dict.fromkeys(("rounds_first_generations", "rounds_max"),
+                               ", or turn rounds until mixed on with rounds_generations")
+        if not self.probe_generations:
+            unread.update(dict.fromkeys(("probe_history_weight", "probe_prior_strength"),
+                                        ", or turn a probe stage on (probe_generations) or rounds until mixed "
+                                        "(rounds_generations), which read it"))
         if self.budget_allocator == "uniform":  # uniform never reads a pass rate
             unread.update(dict.fromkeys(("pass_rate_prior_column", "prompt_group_column", "pass_rate_prior_strength"),
                                         ", or choose an allocator that reads pass rates ('knapsack' or 'coba')"))
         elif self.pass_rate_prior_column is None and self.prompt_group_column is None:
             unread["pass_rate_prior_strength"] = ", or name a prior with pass_rate_prior_column or prompt_group_column"
-        stage = "with a probe stage" if self.budget_probe_generations else "in one shot (no probe, no rounds)"
+        stage = "with a probe stage" if self.probe_generations else "in one shot (no probe, no rounds)"
         return f"by budget_allocator={self.budget_allocator!r} {stage}", unread
 
     def check_advantage_baseline(self) -> None:
@@ -819,9 +892,9 @@ class BudgetGRPOConfig(GRPOConfig):
         if self.prompt_sampling_pool is not None:
             check_whole_number("prompt_sampling_pool", self.prompt_sampling_pool, 1)
             self.prompt_sampling_pool = int(self.prompt_sampling_pool)
-        if self.resolved_prompt_sampling() is not None and self.budget_dynamic_sampling:
+        if self.resolved_prompt_sampling() is not None and self.dynamic_sampling:
             raise ValueError(
-                "budget_dynamic_sampling=True draws its prompts itself, generation batch after generation batch, so "
+                "dynamic_sampling=True draws its prompts itself, generation batch after generation batch, so "
                 f"prompt_sampling={self.resolved_prompt_sampling()!r} cannot choose them too. Set one of them."
             )
 
@@ -839,72 +912,72 @@ class BudgetGRPOConfig(GRPOConfig):
 
     def check_round_settings(self) -> None:
         """Rounds until mixed: whole counts within the bounds, and not together with a probe stage."""
-        check_whole_number("budget_round_generations", self.budget_round_generations, 0)
-        if self.budget_max_rounds is not None:
-            check_whole_number("budget_max_rounds", self.budget_max_rounds, 1)
-        first = self.budget_first_round_generations
+        check_whole_number("rounds_generations", self.rounds_generations, 0)
+        if self.rounds_max is not None:
+            check_whole_number("rounds_max", self.rounds_max, 1)
+        first = self.rounds_first_generations
         if first is not None and not (is_whole_number(first) and self.min_generations <= first <= self.num_generations):
             raise ValueError(
-                f"budget_first_round_generations must be a whole number from min_generations={self.min_generations} "
+                f"rounds_first_generations must be a whole number from min_generations={self.min_generations} "
                 f"(every prompt's fewest rollouts) to num_generations={self.num_generations} (a first round of more "
                 f"would exceed the batch's budget), or None for min_generations; got {shown(first)}."
             )
-        if self.budget_round_generations and self.budget_probe_generations:
+        if self.rounds_generations and self.probe_generations:
             raise ValueError(
-                f"budget_round_generations={self.budget_round_generations} and budget_probe_generations="
-                f"{self.budget_probe_generations} are two ways of generating a batch in rounds; a probe is the "
+                f"rounds_generations={self.rounds_generations} and probe_generations="
+                f"{self.probe_generations} are two ways of generating a batch in rounds; a probe is the "
                 "two-round case. Set one of them to 0."
             )
 
     def check_dynamic_sampling(self) -> None:
         """Dynamic sampling: a metric, whole counts, and the one rule it runs with (uniform, one round per batch)."""
-        if self.budget_dynamic_sampling_metric not in DYNAMIC_SAMPLING_METRICS:
+        if self.dynamic_sampling_metric not in DYNAMIC_SAMPLING_METRICS:
             raise ValueError(
-                f"budget_dynamic_sampling_metric={self.budget_dynamic_sampling_metric!r} is not a metric: choose "
+                f"dynamic_sampling_metric={self.dynamic_sampling_metric!r} is not a metric: choose "
                 "'reward' (the rollouts' weighted reward must differ) or 'success' (their outcomes must differ)."
             )
-        check_whole_number("budget_dynamic_sampling_oversample", self.budget_dynamic_sampling_oversample, 1)
-        check_whole_number("budget_dynamic_sampling_max_gen_batches", self.budget_dynamic_sampling_max_gen_batches, 0)
-        if not self.budget_dynamic_sampling:
+        check_whole_number("dynamic_sampling_oversample", self.dynamic_sampling_oversample, 1)
+        check_whole_number("dynamic_sampling_max_gen_batches", self.dynamic_sampling_max_gen_batches, 0)
+        if not self.dynamic_sampling:
             return
         if self.budget_allocator != "uniform":
             raise ValueError(
-                f"budget_dynamic_sampling=True trains num_generations rollouts of each kept prompt, as verl's DAPO "
+                f"dynamic_sampling=True trains num_generations rollouts of each kept prompt, as verl's DAPO "
                 f"recipe does, so it runs with budget_allocator='uniform' only (got {self.budget_allocator!r}): its "
                 "generation batches cannot yet be shared unevenly. Set budget_allocator='uniform', or "
-                "budget_dynamic_sampling=False to share the budget by the allocator."
+                "dynamic_sampling=False to share the budget by the allocator."
             )
-        for name in ("budget_round_generations", "budget_probe_generations"):
+        for name in ("rounds_generations", "probe_generations"):
             if getattr(self, name):
                 raise ValueError(
-                    f"budget_dynamic_sampling=True draws new prompts in rounds of its own, so {name}="
+                    f"dynamic_sampling=True draws new prompts in rounds of its own, so {name}="
                     f"{getattr(self, name)} (more rollouts of the same prompts) cannot apply with it. Set {name}=0, "
-                    "or budget_dynamic_sampling=False."
+                    "or dynamic_sampling=False."
                 )
         if self.budget_token_cap is not None:
             raise ValueError(
                 f"budget_token_cap={self.budget_token_cap!r} caps an uneven allocation's tokens, and dynamic sampling "
                 "generates num_generations rollouts of every prompt. Remove budget_token_cap, or set "
-                "budget_dynamic_sampling=False."
+                "dynamic_sampling=False."
             )
 
     def check_loss_weighting(self) -> None:
-        if self.budget_loss_weighting not in ("token", "prompt"):
+        if self.loss_weighting not in ("token", "prompt"):
             raise ValueError(
-                f"budget_loss_weighting={self.budget_loss_weighting!r} is not a weighting: choose 'token' (every "
+                f"loss_weighting={self.loss_weighting!r} is not a weighting: choose 'token' (every "
                 "rollout alike, as TRL) or 'prompt' (each prompt's rollouts together weigh as num_generations)."
             )
-        if self.budget_loss_weighting == "prompt" and self.budget_allocator == "spo":
+        if self.loss_weighting == "prompt" and self.budget_allocator == "spo":
             raise ValueError(
-                "budget_loss_weighting='prompt' scales each prompt's rollouts to weigh as num_generations rollouts; "
+                "loss_weighting='prompt' scales each prompt's rollouts to weigh as num_generations rollouts; "
                 "budget_allocator='spo' gives every prompt the same spo_rollouts_per_prompt, so it would only scale "
                 "every advantage by a constant. Remove it, or choose another allocator."
             )
-        if self.budget_loss_weighting == "prompt" and self.loss_type not in PROMPT_WEIGHTED_LOSSES:
+        if self.loss_weighting == "prompt" and self.loss_type not in PROMPT_WEIGHTED_LOSSES:
             raise ValueError(
-                f"budget_loss_weighting='prompt' scales each prompt's advantages, which scales its loss terms exactly "
+                f"loss_weighting='prompt' scales each prompt's advantages, which scales its loss terms exactly "
                 f"only for losses positively homogeneous in the advantage; loss_type={self.loss_type!r} is not known "
-                f"to be one. Use one of {', '.join(PROMPT_WEIGHTED_LOSSES)}, or budget_loss_weighting='token'."
+                f"to be one. Use one of {', '.join(PROMPT_WEIGHTED_LOSSES)}, or loss_weighting='token'."
             )
 
     def allocator_options(self) -> dict[str, Any]:
@@ -1022,7 +1095,7 @@ class BudgetGRPOConfig(GRPOConfig):
 
 # The fields this config adds to TRL's, and the built-in allocators whose options are fields of their own.
 _BUDGET_FIELDS = frozenset(name for name in BudgetGRPOConfig.__dataclass_fields__
-                           if name not in GRPOConfig.__dataclass_fields__)
+                           if name not in GRPOConfig.__dataclass_fields__ and name not in RENAMED_SETTINGS)
 _ALLOCATORS_WITH_FIELDS = ("knapsack", "coba", "reinforce_ada")
 
 

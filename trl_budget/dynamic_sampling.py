@@ -31,7 +31,7 @@ __all__ = ["DynamicSampling", "PromptStream", "STREAM_STATE_NAME", "refuse_short
 
 STREAM_STATE_NAME = "budget_prompt_stream.json"
 # A training batch still short after this many generation batches is warned about: verl's DAPO recipe sets its cap
-# there, NeMo RL's default and budget_dynamic_sampling_max_gen_batches's stop there, past it fewer than one prompt in
+# there, NeMo RL's default and dynamic_sampling_max_gen_batches's stop there, past it fewer than one prompt in
 # ten (with oversample 1) carries a gradient, and without a cap nothing else would tell of a run that draws on and on.
 GEN_BATCHES_BEFORE_WARNING = 10
 
@@ -42,9 +42,9 @@ def refuse_short_dataset(rows: int, prompts_per_batch: int) -> None:
     """A dataset smaller than one generation batch would give the stream empty batches: refuse it."""
     if rows < prompts_per_batch:
         raise ValueError(
-            f"budget_dynamic_sampling draws generation batches of {prompts_per_batch} prompts (the training batch's "
-            f"prompts x budget_dynamic_sampling_oversample), but the training dataset has {rows}. Lower "
-            "budget_dynamic_sampling_oversample, or add prompts."
+            f"dynamic_sampling draws generation batches of {prompts_per_batch} prompts (the training batch's "
+            f"prompts x dynamic_sampling_oversample), but the training dataset has {rows}. Lower "
+            "dynamic_sampling_oversample, or add prompts."
         )
 
 
@@ -75,10 +75,10 @@ class PromptStream:
     @classmethod
     def for_trainer(cls, trainer) -> "PromptStream":
         """A trainer's stream: its training rows as TRL's dataloader would bring them (unused columns removed where
-        TRL removes them), in its sampler's order (the main process's seed), `budget_dynamic_sampling_oversample`
+        TRL removes them), in its sampler's order (the main process's seed), `dynamic_sampling_oversample`
         batches' worth of prompts at a time."""
         args = trainer.args
-        prompts = args.generation_batch_size // trainer.num_generations * args.budget_dynamic_sampling_oversample
+        prompts = args.generation_batch_size // trainer.num_generations * args.dynamic_sampling_oversample
         return cls(training_rows(trainer), prompts, trainer.shuffle_dataset, trainer._layout_seed)
 
     def _start(self) -> None:
@@ -120,7 +120,7 @@ class PromptStream:
 
     def load_state_dict(self, state: dict[str, Any], path: str) -> None:
         """Replay the stream to where the saved one stood; a stream of other data, seed or shuffling is refused. Its
-        batch size may differ (another `budget_dynamic_sampling_oversample` or `num_generations`): the stream goes on
+        batch size may differ (another `dynamic_sampling_oversample` or `num_generations`): the stream goes on
         from the same place in the same pass, in generation batches of this size."""
         if not isinstance(state, dict):
             raise ValueError(f"{path} holds a {type(state).__name__}, not a stream position. Resume from an earlier "
@@ -210,12 +210,12 @@ class DynamicSampling:
         from accelerate import PartialState
 
         def varied(rounds: GeneratedRounds) -> np.ndarray:
-            return rounds.mixed() if args.budget_dynamic_sampling_metric == "success" else varied_rewards(rounds,
+            return rounds.mixed() if args.dynamic_sampling_metric == "success" else varied_rewards(rounds,
                                                                                                          weighted)
 
         return cls(prompts, keys, lambda: stream.next_prompts(args.prompt_id_column), varied, needed,
-                   args.num_generations, args.budget_dynamic_sampling_max_gen_batches,
-                   args.budget_dynamic_sampling_metric, PartialState().is_main_process)
+                   args.num_generations, args.dynamic_sampling_max_gen_batches,
+                   args.dynamic_sampling_metric, PartialState().is_main_process)
 
     def next_round(self, rounds: GeneratedRounds) -> np.ndarray | None:
         if len(rounds) == 0:
@@ -253,10 +253,10 @@ class DynamicSampling:
         return (
             f"Dynamic sampling kept {kept} of the {self.needed} prompts a training batch needs after {len(rounds)} "
             f"generation batches of {rounds.num_prompts // len(rounds)} prompts "
-            f"(budget_dynamic_sampling_max_gen_batches={self.max_gen_batches}): the rollouts of the others all "
-            f"agreed on the {self.metric} (budget_dynamic_sampling_metric). The data is too easy or too hard for the "
-            "model. Raise budget_dynamic_sampling_max_gen_batches (0: no cap, as verl's max_num_gen_batches=0), "
-            "budget_dynamic_sampling_oversample (more prompts per generation batch) or num_generations (more "
+            f"(dynamic_sampling_max_gen_batches={self.max_gen_batches}): the rollouts of the others all "
+            f"agreed on the {self.metric} (dynamic_sampling_metric). The data is too easy or too hard for the "
+            "model. Raise dynamic_sampling_max_gen_batches (0: no cap, as verl's max_num_gen_batches=0), "
+            "dynamic_sampling_oversample (more prompts per generation batch) or num_generations (more "
             "rollouts per prompt, so that rarer successes or failures show, and fewer prompts per training batch; "
             f"a divisor of generation_batch_size={self.needed * self.num_generations}). Each of them can be changed "
             "when resuming from the last checkpoint: the run goes on drawing prompts where it stood."
@@ -264,18 +264,18 @@ class DynamicSampling:
 
     def _still_short_message(self, rounds: GeneratedRounds, kept: int) -> str:
         if self.max_gen_batches:
-            limit = f"it draws on up to budget_dynamic_sampling_max_gen_batches={self.max_gen_batches}"
-            cap = "Lower budget_dynamic_sampling_max_gen_batches to stop such a batch sooner with an error"
+            limit = f"it draws on up to dynamic_sampling_max_gen_batches={self.max_gen_batches}"
+            cap = "Lower dynamic_sampling_max_gen_batches to stop such a batch sooner with an error"
         else:
-            limit = "budget_dynamic_sampling_max_gen_batches=0 lets it draw until the batch is full, however long"
-            cap = (f"Set budget_dynamic_sampling_max_gen_batches ({GEN_BATCHES_BEFORE_WARNING} in verl's DAPO recipe "
+            limit = "dynamic_sampling_max_gen_batches=0 lets it draw until the batch is full, however long"
+            cap = (f"Set dynamic_sampling_max_gen_batches ({GEN_BATCHES_BEFORE_WARNING} in verl's DAPO recipe "
                    "and by default) to stop such a batch with an error instead")
-        metric = (", or set budget_dynamic_sampling_metric='reward' to keep also the prompts whose rewards differ "
+        metric = (", or set dynamic_sampling_metric='reward' to keep also the prompts whose rewards differ "
                   "where their outcomes agree" if self.metric == "success" else "")
         return (
             f"Dynamic sampling has drawn {len(rounds)} generation batches ({rounds.num_prompts} prompts) for this "
             f"training batch and kept {kept} of the {self.needed} prompts it needs: the rollouts of the others all "
-            f"agreed on the {self.metric} (budget_dynamic_sampling_metric), and {limit}. The data is too easy or too "
+            f"agreed on the {self.metric} (dynamic_sampling_metric), and {limit}. The data is too easy or too "
             f"hard for the model. {cap}; or train on prompts the model sometimes solves and sometimes fails{metric}. "
             "Each generation batch's kept prompts are logged at info level (logger trl_budget.dynamic_sampling)."
         )

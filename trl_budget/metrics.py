@@ -76,7 +76,7 @@ class BudgetMetrics:
         round; with dynamic sampling (`prompt_stream`), the prompts whose rollouts differ and the passes over the
         data."""
         self.metrics["budget/rounds"].append(float(len(rounds)))
-        if rounds.logged_ahead is not None:  # budget_per_prompt_rounds: the rounds sent prompt by prompt
+        if rounds.logged_ahead is not None:  # rounds_prompt_by_prompt: the rounds sent prompt by prompt
             self.metrics["budget/rounds_prompt_by_prompt"].append(float(rounds.rounds_ahead))
         for index, share in enumerate(getattr(rule, "active_after_round", ()), start=1):
             self.metrics[f"budget/active_after_round_{index}"].append(share)
@@ -147,9 +147,9 @@ def relog_advantages(logged: list, generated_counts: np.ndarray, generated_slot_
 
 def rule_in_effect(args, allocator, baseline: str) -> str:
     """One line naming the run's rule: its allocation, how its batches are generated, its prompts, its baseline."""
-    stages = [name for name, on in (("a probe stage", args.budget_probe_generations),
-                                    ("rounds until mixed", args.budget_round_generations),
-                                    ("dynamic sampling", args.budget_dynamic_sampling)) if on]
+    stages = [name for name, on in (("a probe stage", args.probe_generations),
+                                    ("rounds until mixed", args.rounds_generations),
+                                    ("dynamic sampling", args.dynamic_sampling)) if on]
     prompts = {"spo": "drawn by SPO's weights", "value": "drawn by the allocator's value"}.get(
         args.resolved_prompt_sampling(), "in TRL's sampler's order")
     return (f"Rollout budget: allocation by {allocator!r} (budget_allocator={args.budget_allocator!r})"

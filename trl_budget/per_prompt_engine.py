@@ -1,4 +1,4 @@
-"""Rounds generated prompt by prompt on vLLM (`budget_per_prompt_rounds`), colocated or served.
+"""Rounds generated prompt by prompt on vLLM (`rounds_prompt_by_prompt`), colocated or served.
 
 The round-synchronous path sends one blocking request a round, so every prompt of a round waits for the round's
 longest completion before any prompt's next round is sent. Here the requests are sent round by round of each prompt:

@@ -1,7 +1,7 @@
 """Probe, then allocate: a few rollouts of every prompt first, fresh pass rates from them, then the rest of the budget.
 
 Both releases allocate from pass rates measured on a prompt's previous visit, an epoch or more old, and allocate the
-first epoch blind. With `budget_probe_generations = k`, each generation batch is generated in two stages inside the
+first epoch blind. With `probe_generations = k`, each generation batch is generated in two stages inside the
 same rollout budget: every prompt first gets k rollouts (the probe), which are scored; the allocator then decides each
 prompt's total count from pass rates that include the probe, and the second stage generates the rest
 (`round_rules.ProbeThenAllocate`). The same fresh pass rates feed the allocation of the budget left after rounds until

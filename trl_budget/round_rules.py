@@ -5,9 +5,9 @@ A rule answers `next_round(rounds)` with the next round's count for each prompt,
 `pass_rates` is what the final allocation saw and `history_counts` (with a probe) what history alone would have given.
 
 - `OneShot`: both releases. One round, allocated from the pass rates of earlier visits.
-- `ProbeThenAllocate`: `budget_probe_generations = k`. k rollouts of every prompt, then the allocation of the whole
+- `ProbeThenAllocate`: `probe_generations = k`. k rollouts of every prompt, then the allocation of the whole
   budget from pass rates that include them, whose remainder is the second round.
-- `UntilMixed`: `budget_round_generations = m`. A first round of every prompt, then rounds of m more rollouts for each
+- `UntilMixed`: `rounds_generations = m`. A first round of every prompt, then rounds of m more rollouts for each
   prompt whose rollouts so far are all successes or all failures (a zero-variance group), until every prompt is mixed,
   reaches `max_generations`, or the rounds run out; the budget left is then spread by the allocator's value over all
   prompts (`top_up`). Every rollout is trained.

@@ -226,9 +226,9 @@ def merge_outputs(outputs: list[dict], pad_token_id: int) -> dict:
             merged[name] = torch.cat([_pad_to(v, width, pad, side) for v in values])
         else:
             raise RuntimeError(
-                f"a batch generated in several rounds (a probe stage or budget_round_generations) cannot merge the "
+                f"a batch generated in several rounds (a probe stage or rounds_generations) cannot merge the "
                 f"generation output {name!r} (multimodal inputs are not supported with rounds yet); set "
-                "budget_probe_generations=0 and budget_round_generations=0 for this run."
+                "probe_generations=0 and rounds_generations=0 for this run."
             )
     return merged
 

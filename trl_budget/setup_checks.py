@@ -28,15 +28,15 @@ def check_before_building(args: BudgetGRPOConfig, allocator, tracker, train_data
     refuse_seeded_vllm_generation(args)
     check_tracker_serves_the_baseline(tracker, args.resolved_advantage_baseline(allocator), args)
     check_agent_options(agent_options.get("environment_factory"), train_dataset, args)
-    if args.budget_per_prompt_rounds:
+    if args.rounds_prompt_by_prompt:
         check_per_prompt_rounds(args, allocator, agent_options)
     check_prompt_id_column(args.prompt_id_column, train_dataset)
     check_prior_columns(args, train_dataset)
     prompts_per_batch = args.generation_batch_size // args.num_generations
-    if (prompts_per_batch * args.budget_probe_generations) % args.world_size:
+    if (prompts_per_batch * args.probe_generations) % args.world_size:
         raise ValueError(
-            f"budget_probe_generations={args.budget_probe_generations} gives {prompts_per_batch} prompts x "
-            f"{args.budget_probe_generations} = {prompts_per_batch * args.budget_probe_generations} probe rollouts "
+            f"probe_generations={args.probe_generations} gives {prompts_per_batch} prompts x "
+            f"{args.probe_generations} = {prompts_per_batch * args.probe_generations} probe rollouts "
             f"per generation batch, which {args.world_size} processes cannot share evenly. Choose a probe size "
             "that makes that product a multiple of the number of processes."
         )
@@ -54,8 +54,8 @@ def check_before_building(args: BudgetGRPOConfig, allocator, tracker, train_data
         refuse_images_in_rounds(allocator, args)
         refuse_images_under_kl_adaptive_rho(args, allocator)
     warn_if_rounds_cannot_follow_the_first(allocator, args, prompts_per_batch)
-    if args.budget_dynamic_sampling:
-        check_dynamic_sampling(allocator, train_dataset, prompts_per_batch * args.budget_dynamic_sampling_oversample)
+    if args.dynamic_sampling:
+        check_dynamic_sampling(allocator, train_dataset, prompts_per_batch * args.dynamic_sampling_oversample)
     if args.resolved_prompt_sampling() is not None:
         check_prompt_sampling(train_dataset, args, allocator)
 
@@ -148,12 +148,12 @@ def check_dynamic_sampling(allocator, dataset, prompts_per_generation_batch: int
     its generation batches."""
     if not isinstance(allocator, UniformAllocator):
         raise ValueError(
-            f"budget_dynamic_sampling=True trains num_generations rollouts of each kept prompt, so it runs with the "
+            f"dynamic_sampling=True trains num_generations rollouts of each kept prompt, so it runs with the "
             f"uniform allocator only; the trainer was given {allocator!r}. Drop the allocator argument (with "
-            "budget_allocator='uniform'), or set budget_dynamic_sampling=False."
+            "budget_allocator='uniform'), or set dynamic_sampling=False."
         )
-    refuse_unindexable(dataset, "budget_dynamic_sampling=True draws its prompts",
-                       ", or set budget_dynamic_sampling=False")
+    refuse_unindexable(dataset, "dynamic_sampling=True draws its prompts",
+                       ", or set dynamic_sampling=False")
     refuse_short_dataset(len(dataset), prompts_per_generation_batch)
 
 
@@ -161,22 +161,22 @@ def check_per_prompt_rounds(args: BudgetGRPOConfig, allocator, agent_options: di
     """Rounds prompt by prompt send vLLM's requests themselves: a rule of rounds decided prompt by prompt, whose rounds
     deal evenly over the processes, in colocate mode one engine a process that stays awake, single-turn text
     generation."""
-    fix = " Set budget_per_prompt_rounds=False to generate one blocking request a round."
-    if not (hasattr(allocator, "round_rule") or args.budget_round_generations) or args.budget_dynamic_sampling:
+    fix = " Set rounds_prompt_by_prompt=False to generate one blocking request a round."
+    if not (hasattr(allocator, "round_rule") or args.rounds_generations) or args.dynamic_sampling:
         raise ValueError(
-            f"budget_per_prompt_rounds=True is read only by a rule that generates each batch in rounds decided prompt "
-            f"by prompt: budget_allocator='reinforce_ada', or rounds until mixed (budget_round_generations > 0); this "
-            f"run's allocator is {allocator!r} with budget_round_generations={args.budget_round_generations}"
-            f"{' and dynamic sampling' if args.budget_dynamic_sampling else ''}, which would ignore it.{fix}")
+            f"rounds_prompt_by_prompt=True is read only by a rule that generates each batch in rounds decided prompt "
+            f"by prompt: budget_allocator='reinforce_ada', or rounds until mixed (rounds_generations > 0); this "
+            f"run's allocator is {allocator!r} with rounds_generations={args.rounds_generations}"
+            f"{' and dynamic sampling' if args.dynamic_sampling else ''}, which would ignore it.{fix}")
     if not args.use_vllm:
-        raise ValueError(f"budget_per_prompt_rounds=True sends each prompt's rounds to vLLM, so it needs "
+        raise ValueError(f"rounds_prompt_by_prompt=True sends each prompt's rounds to vLLM, so it needs "
                          f"use_vllm=True; this run has use_vllm=False.{fix}")
     wanted = {"vllm_enable_sleep_mode": (args.vllm_enable_sleep_mode, False),
               "vllm_tensor_parallel_size": (args.vllm_tensor_parallel_size, 1)}
     for name, (value, needed) in wanted.items():
         if args.vllm_mode == "colocate" and value != needed:
             raise ValueError(
-                f"budget_per_prompt_rounds=True in vllm_mode='colocate' sends each prompt's rounds to an in-process "
+                f"rounds_prompt_by_prompt=True in vllm_mode='colocate' sends each prompt's rounds to an in-process "
                 f"vLLM engine that stays awake between them, so it needs {name}={needed!r}; this run has "
                 f"{name}={value!r}.{fix} (or vllm_mode='server')")
     if args.world_size > 1:
@@ -184,7 +184,7 @@ def check_per_prompt_rounds(args: BudgetGRPOConfig, allocator, agent_options: di
     used = [name for name in ("tools", "rollout_func", "environment_factory") if agent_options.get(name)]
     if used:
         raise ValueError(
-            f"budget_per_prompt_rounds=True generates single-turn completions on the engine itself; the trainer was "
+            f"rounds_prompt_by_prompt=True generates single-turn completions on the engine itself; the trainer was "
             f"given {used[0]}, whose generation it would skip.{fix}")
 
 
@@ -195,16 +195,16 @@ def check_rounds_deal_evenly(args: BudgetGRPOConfig, allocator) -> None:
     if hasattr(allocator, "round_rule"):
         amounts = {"reinforce_ada_samples_per_round": args.reinforce_ada_samples_per_round}
     else:
-        first = ("budget_first_round_generations" if args.budget_first_round_generations else "min_generations")
-        amounts = {first: getattr(args, first), "budget_round_generations": args.budget_round_generations,
+        first = ("rounds_first_generations" if args.rounds_first_generations else "min_generations")
+        amounts = {first: getattr(args, first), "rounds_generations": args.rounds_generations,
                    "max_generations": args.max_generations}
     uneven = {name: value for name, value in amounts.items() if value % args.world_size}
     if uneven:
         settings = ", ".join(f"{name}={value}" for name, value in uneven.items())
         raise ValueError(
-            f"budget_per_prompt_rounds=True on {args.world_size} processes deals each prompt's round evenly over them, "
+            f"rounds_prompt_by_prompt=True on {args.world_size} processes deals each prompt's round evenly over them, "
             f"so every amount of a round must be a multiple of {args.world_size}; this run has {settings}. Choose "
-            f"multiples of {args.world_size}, or budget_per_prompt_rounds=False to generate one request a round.")
+            f"multiples of {args.world_size}, or rounds_prompt_by_prompt=False to generate one request a round.")
 
 
 def refuse_seeded_vllm_generation(args: BudgetGRPOConfig) -> None:
@@ -255,10 +255,10 @@ def check_prompt_id_column(column: str | None, dataset) -> None:
 
 def check_rounds_allocator(allocator, args: BudgetGRPOConfig, prompts_per_batch: int) -> None:
     """An allocator that brings its own rounds (Reinforce-Ada) trains `num_generations` of each prompt, alone."""
-    if args.budget_probe_generations or args.budget_round_generations:
+    if args.probe_generations or args.rounds_generations:
         raise ValueError(
-            f"{allocator!r} generates each batch in rounds of its own, so budget_probe_generations="
-            f"{args.budget_probe_generations} and budget_round_generations={args.budget_round_generations} cannot "
+            f"{allocator!r} generates each batch in rounds of its own, so probe_generations="
+            f"{args.probe_generations} and rounds_generations={args.rounds_generations} cannot "
             "apply; set both to 0."
         )
     if allocator.keep != args.num_generations:
@@ -293,19 +293,19 @@ def dataset_shows_images(dataset) -> bool:
 def refuse_images_in_rounds(allocator, args: BudgetGRPOConfig) -> None:
     """Rounds merge, gather and down-sample TRL's generation outputs, which cannot carry multimodal fields yet: say so
     before anything is generated, with the fix for the rule in use."""
-    if args.budget_dynamic_sampling:
-        rule, fix = ("budget_dynamic_sampling=True generates each batch in rounds of new prompts",
-                     "set budget_dynamic_sampling=False")
+    if args.dynamic_sampling:
+        rule, fix = ("dynamic_sampling=True generates each batch in rounds of new prompts",
+                     "set dynamic_sampling=False")
     elif hasattr(allocator, "round_rule"):
         rule, fix = (f"{allocator!r} generates each batch in rounds and trains a subset of the rows",
                      "train vision prompts with a one-shot allocator (budget_allocator='knapsack', 'coba' or "
                      "'uniform')")
-    elif args.budget_round_generations:
-        rule, fix = (f"budget_round_generations={args.budget_round_generations} generates each batch in rounds",
-                     "set budget_round_generations=0 (the allocator then decides in one shot)")
-    elif args.budget_probe_generations:
-        rule, fix = (f"budget_probe_generations={args.budget_probe_generations} generates each batch in two stages",
-                     "set budget_probe_generations=0 (the allocator then decides in one shot, from history)")
+    elif args.rounds_generations:
+        rule, fix = (f"rounds_generations={args.rounds_generations} generates each batch in rounds",
+                     "set rounds_generations=0 (the allocator then decides in one shot)")
+    elif args.probe_generations:
+        rule, fix = (f"probe_generations={args.probe_generations} generates each batch in two stages",
+                     "set probe_generations=0 (the allocator then decides in one shot, from history)")
     else:
         return
     raise ValueError(
@@ -337,15 +337,15 @@ def warn_if_rounds_cannot_follow_the_first(allocator, args: BudgetGRPOConfig, pr
             "per_device_train_batch_size so that generation_batch_size = P x K, and leave the later rounds room "
             "under reinforce_ada_max_generated."
         )
-    elif args.budget_round_generations:
-        first = args.budget_first_round_generations or args.min_generations
+    elif args.rounds_generations:
+        first = args.rounds_first_generations or args.min_generations
         if first < args.num_generations:
             return
         logger.warning(
-            f"Rounds until mixed can never take a second round here: budget_first_round_generations={first} equals "
+            f"Rounds until mixed can never take a second round here: rounds_first_generations={first} equals "
             f"num_generations, so the first round ({prompts_per_batch} prompts x {first} = "
             f"{prompts_per_batch * first} rollouts) spends the batch's whole budget, and every batch is uniform "
-            "GRPO. Lower budget_first_round_generations (it defaults to min_generations)."
+            "GRPO. Lower rounds_first_generations (it defaults to min_generations)."
         )
 
 

@@ -101,7 +101,7 @@ class BudgetGRPOTrainer(GRPOTrainer):
         self.rewards = RewardReader(self.reward_weights, self.reward_func_names, success_index,
                                     self.tracker.success_threshold, self.accelerator.is_main_process)
         self.budget_metrics = BudgetMetrics(self._metrics["train"], self.accelerator.is_main_process)
-        self.prompt_stream = PromptStream.for_trainer(self) if args.budget_dynamic_sampling else None
+        self.prompt_stream = PromptStream.for_trainer(self) if args.dynamic_sampling else None
         self.prompt_sampler = PromptSampler.for_trainer(self)
         self._replayed = None  # completions generated prompt by prompt, for TRL's generation step to return
 
@@ -150,7 +150,7 @@ class BudgetGRPOTrainer(GRPOTrainer):
         rewards = self.rewards.weighted(trained.rewards)
         plan = self.last_rollout_plan = RolloutPlan(prompts, keys, rule.pass_rates, failure_rate, trained.counts,
                                                     trained.slot_order, history_rates, rule.history_counts,
-                                                    self.args.budget_probe_generations, rounds.counts_per_round(),
+                                                    self.args.probe_generations, rounds.counts_per_round(),
                                                     rewards.cpu().numpy())
         advantages = self._trained_advantages(keys, rounds, trained, rewards, generated_weighted, trl_layout,
                                               zero_std_logged)
@@ -186,9 +186,9 @@ class BudgetGRPOTrainer(GRPOTrainer):
         of equal groups of `num_generations`, GRPO's baseline: on one process, or under `uniform` on any number),
         whose rows, grouping and advantages hold as TRL has them. Other allocators deal a batch of equal counts over
         the processes as any other, so that no process waits for another's long rollouts. With
-        `budget_per_prompt_rounds`, the rounds each prompt may take alone go to the engine prompt by prompt first
+        `rounds_prompt_by_prompt`, the rounds each prompt may take alone go to the engine prompt by prompt first
         (`per_prompt_engine`); the rule's shared rounds after them are generated here, one request each."""
-        if self.args.budget_per_prompt_rounds and not rule.single_round:  # up to the rule's first shared round
+        if self.args.rounds_prompt_by_prompt and not rule.single_round:  # up to the rule's first shared round
             rounds = generate_prompt_by_prompt(self, rule, prompts)
         else:
             rounds = GeneratedRounds(len(prompts), self.accelerator.num_processes, self.accelerator.process_index)
@@ -216,7 +216,7 @@ class BudgetGRPOTrainer(GRPOTrainer):
             zero_std.append(is_std_zero.float().mean().item())
         if self.args.advantage_clip is not None:
             advantages = advantages.clamp(-self.args.advantage_clip, self.args.advantage_clip)
-        if self.args.budget_loss_weighting == "prompt":
+        if self.args.loss_weighting == "prompt":
             counts = torch.as_tensor(trained.counts, device=advantages.device)
             advantages = advantages * prompt_loss_weights(counts, self.num_generations)
         if not (trl_layout and self.args.advantage_clip is None):  # TRL logged other advantages than these
@@ -243,22 +243,22 @@ class BudgetGRPOTrainer(GRPOTrainer):
                                              self.rewards.weighted)
 
         def fresh_rates(wins, trials):
-            return fresh_pass_rates(*self.tracker.evidence(keys), wins, trials, args.budget_probe_history_weight,
-                                    args.budget_probe_prior_strength)
+            return fresh_pass_rates(*self.tracker.evidence(keys), wins, trials, args.probe_history_weight,
+                                    args.probe_prior_strength)
 
         if hasattr(self.allocator, "round_rule"):  # a rule of rounds chosen as an allocator: Reinforce-Ada
             return self.allocator.round_rule(self.accelerator.num_processes)
-        if args.budget_round_generations:
+        if args.rounds_generations:
             def top_up_by_value(pass_rates, counts, spare):
                 return self._on_main_process(
                     "Rollout allocation",
                     lambda: top_up(self.allocator, pass_rates, counts, spare, failure_rate, args.max_generations))
 
-            first = args.budget_first_round_generations or args.min_generations
-            return UntilMixed(first, args.budget_round_generations, args.max_generations, budget,
-                              self.accelerator.num_processes, args.budget_max_rounds, fresh_rates, top_up_by_value)
-        if args.budget_probe_generations:
-            return ProbeThenAllocate(args.budget_probe_generations, history_rates,
+            first = args.rounds_first_generations or args.min_generations
+            return UntilMixed(first, args.rounds_generations, args.max_generations, budget,
+                              self.accelerator.num_processes, args.rounds_max, fresh_rates, top_up_by_value)
+        if args.probe_generations:
+            return ProbeThenAllocate(args.probe_generations, history_rates,
                                      lambda rates: self._allocate(keys, rates, budget, failure_rate, history_rates),
                                      fresh_rates)
         return OneShot(history_rates, lambda rates: self._allocate(keys, rates, budget, failure_rate)[0])

@@ -175,7 +175,7 @@ def main_per_prompt(model_dir: str, output_dir: str, server: str | None = None) 
         output_dir, use_vllm=True, **mode,
         max_completion_length=6, temperature=0.7, max_steps=3, per_device_train_batch_size=40 // processes,
         budget_allocator="reinforce_ada", reinforce_ada_choice="positive_focused", reinforce_ada_samples_per_round=4,
-        reinforce_ada_max_rounds=4, reinforce_ada_max_generated=70, budget_per_prompt_rounds=True,
+        reinforce_ada_max_rounds=4, reinforce_ada_max_generated=70, rounds_prompt_by_prompt=True,
         learning_rate=1e-4))
     trainer = PerPromptRecorder(model=model_dir, reward_funcs=scripted_reward, args=args, train_dataset=copy_dataset(),
                                 processing_class=None)
