@@ -238,8 +238,9 @@ def test_help_lists_every_flag_of_the_script_with_the_budget_settings_apart():
     sections = dict(re.findall(r"^(\S[^\n]*):\n((?:  [^\n]*\n?)+)", text, re.M))
     flags = {heading: re.findall(r"^  (--\w+) ", body, re.M) for heading, body in sections.items()}
     switches = set(re.findall(r"(--no_\w+) sets it false", text))
-    budget, *trls = flags
+    budget, former, *trls = flags
     assert budget == "Budget settings (BudgetGRPOConfig)" and len(trls) == 4
+    assert former.startswith("Former names of renamed budget settings")
     assert {"--output_dir", "--max_steps", "--per_device_train_batch_size", "--save_steps",
             "--resume_from_checkpoint"} <= set(flags[trls[1]])
 
@@ -248,11 +249,14 @@ def test_help_lists_every_flag_of_the_script_with_the_budget_settings_apart():
     from trl import GRPOConfig
 
     from trl_budget import BudgetGRPOConfig
+    from trl_budget.settings.renamed import RENAMED_SETTINGS
 
     added = {f"--{field.name}" for field in fields(BudgetGRPOConfig)} - {f"--{field.name}" for field in
                                                                          fields(GRPOConfig)}
-    assert set(flags[budget]) == added  # the budget's own settings, and only they, under their heading
+    renamed = {f"--{name}" for name in RENAMED_SETTINGS}
+    assert set(flags[budget]) == added - renamed  # the budget's own settings, and only they, under their heading
+    assert set(flags[former]) == renamed  # the former names apart
     listed = [flag for heading in trls for flag in flags[heading]]
     assert len(listed) == len(set(listed))
     parsed = {action.option_strings[0] for action in budget_grpo.make_parser()._actions} - {"-h"}
-    assert set(listed) | set(flags[budget]) | switches == parsed  # every flag `trl-budget grpo` takes, no other
+    assert set(listed) | set(flags[budget]) | renamed | switches == parsed  # every flag it takes, no other

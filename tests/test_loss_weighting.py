@@ -8,7 +8,7 @@ from test_probe import RowRecorder
 
 from trl_budget import BudgetGRPOConfig
 from trl_budget.advantages import prompt_loss_weights
-from trl_budget.config import PROMPT_WEIGHTED_LOSSES
+from trl_budget.settings.baselines import PROMPT_WEIGHTED_LOSSES
 
 
 def test_prompt_loss_weights_by_hand():

@@ -176,3 +176,16 @@ def test_a_token_cap_needs_the_allocators_bounds_at_construction(tmp_path, token
     with pytest.raises(ValueError, match="budget_token_cap=1.2 compares .* has no min_generations or max_generations"):
         make_trainer(tmp_path, tokenizer, budget_token_cap=1.2, allocator=PricedWithoutBounds(),
                      model="no-such-org/no-such-model")
+
+
+def test_the_wheel_lists_every_subpackage():
+    # pyproject.toml lists the packages (to map accelerate_configs/ into the wheel): a subpackage left out of the list
+    # would be missing from the wheel, silently.
+    import tomllib
+    from pathlib import Path
+
+    from setuptools import find_packages
+
+    root = Path(__file__).resolve().parents[1]
+    listed = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    assert set(listed) == set(find_packages(str(root), include=["trl_budget*"])) | {"trl_budget.accelerate_configs"}

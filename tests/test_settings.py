@@ -9,7 +9,7 @@ from helpers import config_kwargs, make_trainer
 from trl import GRPOConfig
 
 from trl_budget import BudgetGRPOConfig
-from trl_budget.config import RENAMED_SETTINGS
+from trl_budget.settings.renamed import RENAMED_SETTINGS
 
 BUDGET_FIELDS = [f for f in fields(BudgetGRPOConfig) if f.name not in GRPOConfig.__dataclass_fields__
                  and f.name not in RENAMED_SETTINGS]

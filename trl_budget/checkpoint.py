@@ -170,7 +170,7 @@ def save_budget_state(checkpoint: str, tracker: CapabilityTracker, parts: dict[s
 def restore_budget_state(checkpoint: str, tracker: CapabilityTracker, parts: dict[str, Any],
                          budget_allocator: str) -> None:
     """Restore what `save_budget_state` saved (`parts` as given to it)."""
-    from .config import TRACKER_FIELDS  # here: the config imports TRL, this module loads without it
+    from .settings.tracker import TRACKER_FIELDS  # here: the settings import the allocators, this module loads first
 
     restore_tracker(checkpoint, tracker, TRACKER_FIELDS, budget_allocator)
     for name, part in parts.items():

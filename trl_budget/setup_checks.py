@@ -113,7 +113,7 @@ def check_tracker_serves_the_baseline(tracker, baseline: str, args: BudgetGRPOCo
     allocator's release, or at their defaults, are the tracker's to choose); under the history baseline it keeps each
     prompt's reward history with the window the config names. Otherwise the run would train otherwise than the config
     says (or fail after the first batch is generated)."""
-    from .config import TRACKER_FIELDS
+    from .settings.tracker import TRACKER_FIELDS
 
     for argument, stated in args.stated_tracker_settings().items():
         held = getattr(tracker, argument, stated)

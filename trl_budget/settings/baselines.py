@@ -1,0 +1,89 @@
+"""The advantage baseline and the loss's weighting of rows."""
+
+from __future__ import annotations
+
+from ..checks import (
+    is_finite_number,
+    shown,
+)
+
+# TRL 1.16's losses, each positively homogeneous in the advantage (checked against TRL's own loss in the tests).
+PROMPT_WEIGHTED_LOSSES = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo", "cispo", "sapo", "vespo")
+
+
+ADVANTAGE_BASELINES = ("group", "all_rollouts", "history", "spo")
+
+
+class BaselineSettings:
+    """`BudgetGRPOConfig`'s part for the advantage baseline (checked and resolved) and the loss's weighting."""
+
+    def check_advantage_baseline(self) -> None:
+        """The baseline is one of the three, its window a number of visits, and the rewards' scaling has a meaning
+        for it; `reinforce_ada_global_statistics` is its older name under Reinforce-Ada, not a second setting."""
+        baseline = self.advantage_baseline
+        if baseline is not None and baseline not in ADVANTAGE_BASELINES:
+            raise ValueError(
+                f"advantage_baseline={baseline!r} is not a baseline: choose 'group' (GRPO's), 'all_rollouts' (all the "
+                "prompt's rollouts of the batch), 'history' (its recent visits) or 'spo' (SPO's estimate), or None for the "
+                "rule's own."
+            )
+        if not (is_finite_number(self.advantage_history_window) and self.advantage_history_window >= 1):
+            raise ValueError(f"advantage_history_window must be a finite number of visits, at least 1, got "
+                             f"{shown(self.advantage_history_window)}.")
+        if baseline is not None and not self.reinforce_ada_global_statistics:
+            raise ValueError(
+                f"reinforce_ada_global_statistics=False and advantage_baseline={baseline!r} both choose the baseline; "
+                "reinforce_ada_global_statistics=False is advantage_baseline='group'. Set advantage_baseline alone."
+            )
+        self.check_baseline_scaling(self.resolved_advantage_baseline())
+
+    def check_baseline_scaling(self, baseline: str) -> None:
+        """A baseline over more than the trained rows defines a group's scale, or none: `scale_rewards` 'group' or
+        'none' of the summed rewards."""
+        if baseline == "spo" and self.multi_objective_aggregation != "sum_then_normalize":
+            raise ValueError(
+                "the advantage baseline 'spo' compares each rollout's summed reward with its prompt's success "
+                f"estimate; multi_objective_aggregation={self.multi_objective_aggregation!r} normalizes each reward "
+                "function apart first, which has no such meaning. Use multi_objective_aggregation="
+                "'sum_then_normalize', or another advantage_baseline."
+            )
+        if baseline in ("all_rollouts", "history") and (self.scale_rewards == "batch" or
+                                                          self.multi_objective_aggregation != "sum_then_normalize"):
+            raise ValueError(
+                f"the advantage baseline {baseline!r} (advantage_baseline; under Reinforce-Ada "
+                f"reinforce_ada_global_statistics) takes each prompt's mean and deviation of the summed rewards over "
+                f"more than its trained rows, which defines the scale of a group (scale_rewards='group') or none "
+                f"(scale_rewards='none'); scale_rewards={self.scale_rewards!r} with multi_objective_aggregation="
+                f"{self.multi_objective_aggregation!r} has no such meaning. Use scale_rewards='group' or 'none' with "
+                "'sum_then_normalize', or advantage_baseline='group'."
+            )
+
+    def resolved_advantage_baseline(self, allocator=None) -> str:
+        """The baseline a run uses: `advantage_baseline`, or the rule's own (Reinforce-Ada's global statistics, on
+        its settings or on the allocator object given to the trainer; SPO's)."""
+        if self.advantage_baseline is not None:
+            return self.advantage_baseline
+        if allocator is None and self.budget_allocator == "reinforce_ada":
+            return "all_rollouts" if self.reinforce_ada_global_statistics else "group"
+        if self.budget_allocator == "spo":  # an allocator object given with it replaces its allocation alone
+            return "spo"
+        return "all_rollouts" if getattr(allocator, "global_statistics", False) is True else "group"
+
+    def check_loss_weighting(self) -> None:
+        if self.loss_weighting not in ("token", "prompt"):
+            raise ValueError(
+                f"loss_weighting={self.loss_weighting!r} is not a weighting: choose 'token' (every "
+                "rollout alike, as TRL) or 'prompt' (each prompt's rollouts together weigh as num_generations)."
+            )
+        if self.loss_weighting == "prompt" and self.budget_allocator == "spo":
+            raise ValueError(
+                "loss_weighting='prompt' scales each prompt's rollouts to weigh as num_generations rollouts; "
+                "budget_allocator='spo' gives every prompt the same spo_rollouts_per_prompt, so it would only scale "
+                "every advantage by a constant. Remove it, or choose another allocator."
+            )
+        if self.loss_weighting == "prompt" and self.loss_type not in PROMPT_WEIGHTED_LOSSES:
+            raise ValueError(
+                f"loss_weighting='prompt' scales each prompt's advantages, which scales its loss terms exactly "
+                f"only for losses positively homogeneous in the advantage; loss_type={self.loss_type!r} is not known "
+                f"to be one. Use one of {', '.join(PROMPT_WEIGHTED_LOSSES)}, or loss_weighting='token'."
+            )

@@ -1,0 +1,87 @@
+"""How a batch is generated: rounds until mixed, dynamic sampling, and generation batches that checkpoints would split."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+from ..checks import (
+    check_whole_number,
+    is_whole_number,
+    shown,
+)
+
+DYNAMIC_SAMPLING_METRICS = ("reward", "success")
+
+
+class BatchSettings:
+    """`BudgetGRPOConfig`'s part for how a batch is generated: rounds until mixed and dynamic sampling, checked."""
+
+    def check_round_settings(self) -> None:
+        """Rounds until mixed: whole counts within the bounds, and not together with a probe stage."""
+        check_whole_number("rounds_generations", self.rounds_generations, 0)
+        if self.rounds_max is not None:
+            check_whole_number("rounds_max", self.rounds_max, 1)
+        first = self.rounds_first_generations
+        if first is not None and not (is_whole_number(first) and self.min_generations <= first <= self.num_generations):
+            raise ValueError(
+                f"rounds_first_generations must be a whole number from min_generations={self.min_generations} "
+                f"(every prompt's fewest rollouts) to num_generations={self.num_generations} (a first round of more "
+                f"would exceed the batch's budget), or None for min_generations; got {shown(first)}."
+            )
+        if self.rounds_generations and self.probe_generations:
+            raise ValueError(
+                f"rounds_generations={self.rounds_generations} and probe_generations="
+                f"{self.probe_generations} are two ways of generating a batch in rounds; a probe is the "
+                "two-round case. Set one of them to 0."
+            )
+
+    def check_dynamic_sampling(self) -> None:
+        """Dynamic sampling: a metric, whole counts, and the one rule it runs with (uniform, one round per batch)."""
+        if self.dynamic_sampling_metric not in DYNAMIC_SAMPLING_METRICS:
+            raise ValueError(
+                f"dynamic_sampling_metric={self.dynamic_sampling_metric!r} is not a metric: choose "
+                "'reward' (the rollouts' weighted reward must differ) or 'success' (their outcomes must differ)."
+            )
+        check_whole_number("dynamic_sampling_oversample", self.dynamic_sampling_oversample, 1)
+        check_whole_number("dynamic_sampling_max_gen_batches", self.dynamic_sampling_max_gen_batches, 0)
+        if not self.dynamic_sampling:
+            return
+        if self.budget_allocator != "uniform":
+            raise ValueError(
+                f"dynamic_sampling=True trains num_generations rollouts of each kept prompt, as verl's DAPO "
+                f"recipe does, so it runs with budget_allocator='uniform' only (got {self.budget_allocator!r}): its "
+                "generation batches cannot yet be shared unevenly. Set budget_allocator='uniform', or "
+                "dynamic_sampling=False to share the budget by the allocator."
+            )
+        for name in ("rounds_generations", "probe_generations"):
+            if getattr(self, name):
+                raise ValueError(
+                    f"dynamic_sampling=True draws new prompts in rounds of its own, so {name}="
+                    f"{getattr(self, name)} (more rollouts of the same prompts) cannot apply with it. Set {name}=0, "
+                    "or dynamic_sampling=False."
+                )
+        if self.budget_token_cap is not None:
+            raise ValueError(
+                f"budget_token_cap={self.budget_token_cap!r} caps an uneven allocation's tokens, and dynamic sampling "
+                "generates num_generations rollouts of every prompt. Remove budget_token_cap, or set "
+                "dynamic_sampling=False."
+            )
+
+    def warn_if_checkpoints_split_generation_batches(self) -> None:
+        """A checkpoint between the steps of one generation batch cannot be resumed exactly: say so now."""
+        generate_every = self.steps_per_generation * self.num_iterations  # in micro-steps, as TRL counts them
+        if self.save_strategy != "steps" or self.save_steps < 1 or generate_every <= 1:
+            return
+        if int(self.save_steps) * self.gradient_accumulation_steps % generate_every:
+            whole = generate_every // math.gcd(generate_every, self.gradient_accumulation_steps)
+            warnings.warn(
+                f"save_steps={self.save_steps} puts checkpoints inside generation batches: a batch is generated "
+                f"every {generate_every} micro-steps (steps_per_generation={self.steps_per_generation} x "
+                f"num_iterations={self.num_iterations}) and a checkpoint comes every {int(self.save_steps)} x "
+                f"{self.gradient_accumulation_steps} micro-steps. A run resumed from such a checkpoint generates a "
+                "fresh batch and counts its prompts in the pass rates again, so it no longer matches an "
+                f"uninterrupted run. Use a save_steps that is a multiple of {whole} to resume exactly.",
+                UserWarning,
+                stacklevel=3,
+            )
