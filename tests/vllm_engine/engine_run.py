@@ -68,18 +68,28 @@ class Recorder(BudgetGRPOTrainer):
         return output
 
 
-def main(model_dir: str, output_dir: str) -> None:
-    vllm_generation.VLLMGeneration.sync_weights = reload_in_place
-    batches = []
-
+def recording_parity_reward(batches: list):
+    """The parity reward, keeping each scored batch's (prompt, completion) pairs in `batches`."""
     def parity_reward(prompts, completions, answer, **kwargs):
         batches.append(list(zip(prompts, completions)))
         return [float(len(completion) % 2 == int(a) % 2) for completion, a in zip(completions, answer)]
 
-    args = BudgetGRPOConfig(**config_kwargs(
+    return parity_reward
+
+
+def colocate_config(output_dir: str, **options) -> BudgetGRPOConfig:
+    """The colocated engine's config (with TRL's sync replaced by the in-place reload) and `options`."""
+    vllm_generation.VLLMGeneration.sync_weights = reload_in_place
+    return BudgetGRPOConfig(**config_kwargs(
         output_dir, use_vllm=True, vllm_mode="colocate", vllm_gpu_memory_utilization=0.1, vllm_max_model_length=64,
-        max_completion_length=6, temperature=0.7, max_steps=6, per_device_train_batch_size=16, knapsack_fallback=False,
-        pass_rate_min_rollouts=1, learning_rate=1e-4))
+        max_completion_length=6, temperature=0.7, learning_rate=1e-4, **options))
+
+
+def main(model_dir: str, output_dir: str) -> None:
+    batches = []
+    parity_reward = recording_parity_reward(batches)
+    args = colocate_config(output_dir, max_steps=6, per_device_train_batch_size=16, knapsack_fallback=False,
+                           pass_rate_min_rollouts=1)
     trainer = Recorder(model=model_dir, reward_funcs=parity_reward, args=args, train_dataset=copy_dataset(),
                        processing_class=None)
     trainer.train()
@@ -201,17 +211,10 @@ def main_per_prompt(model_dir: str, output_dir: str, server: str | None = None) 
 def main_spo(model_dir: str, output_dir: str) -> None:
     """SPO as released in colocate mode: 8 prompts a batch drawn by its weights from 10, one rollout each, KL-adaptive
     rho from forward passes over the engine's completions under the trained policy."""
-    vllm_generation.VLLMGeneration.sync_weights = reload_in_place
     batches = []
-
-    def parity_reward(prompts, completions, answer, **kwargs):
-        batches.append(list(zip(prompts, completions)))
-        return [float(len(completion) % 2 == int(a) % 2) for completion, a in zip(completions, answer)]
-
-    args = BudgetGRPOConfig(**config_kwargs(
-        output_dir, use_vllm=True, vllm_mode="colocate", vllm_gpu_memory_utilization=0.1, vllm_max_model_length=64,
-        max_completion_length=6, temperature=0.7, max_steps=4, per_device_train_batch_size=8,
-        budget_allocator="spo", max_generations=128, learning_rate=1e-4))
+    parity_reward = recording_parity_reward(batches)
+    args = colocate_config(output_dir, max_steps=4, per_device_train_batch_size=8, budget_allocator="spo",
+                           max_generations=128)
     trainer = Recorder(model=model_dir, reward_funcs=parity_reward, args=args, train_dataset=copy_dataset(10),
                        processing_class=None)
     trainer.train()
