@@ -482,3 +482,13 @@ def test_every_link_between_the_pages_reaches_its_file_and_section():
             if not linked.exists() or (anchor and anchor not in anchors(linked)):
                 broken.append(f"{path.relative_to(ROOT)}: {target}")
     assert not broken, broken
+
+
+def test_the_spo_page_states_the_engine_time_as_measured():
+    measured = read("fifth_study/results/engine_time.json")["results"]
+    text = page("docs/spo.md")
+    for prompt_tokens in (24, 96):
+        row = measured[f"prompt_{prompt_tokens}_tokens"]
+        stated = (f"{row['spo_over_grpo_median']:.2f} [{row['spo_over_grpo_min']:.2f}, "
+                  f"{row['spo_over_grpo_max']:.2f}] {'as long ' if prompt_tokens == 24 else ''}with {prompt_tokens}-token")
+        assert stated in text
