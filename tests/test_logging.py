@@ -2,6 +2,7 @@
 
 import json
 import struct
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -62,18 +63,20 @@ def logged_run(tmp_path, tokenizer, monkeypatch):
     trainer = make_trainer(tmp_path / "out", tokenizer, max_steps=STEPS, report_to=["wandb", "tensorboard"],
                            pass_rate_min_rollouts=1)
     trainer.train()
+    # wandb reads WANDB_DIR once a process: after another test's run its files are not under tmp_path.
+    run_folder = Path(wandb.run.dir).parent
     wandb.finish()
-    return tmp_path, trainer
+    return tmp_path, trainer, run_folder
 
 
 def test_histograms_in_wandb_and_tensorboard(logged_run):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    tmp_path, trainer = logged_run
+    tmp_path, trainer, run_folder = logged_run
     logs = [entry for entry in trainer.state.log_history if "budget/rollouts_std" in entry]
     prompts_per_step = 2
 
-    (run_file,) = tmp_path.glob("wandb/offline-run-*/run-*.wandb")
+    (run_file,) = run_folder.glob("run-*.wandb")
     rollouts = wandb_histograms(run_file, "train/budget/rollouts_per_prompt")
     assert len(rollouts) == STEPS
     for histogram in rollouts:
