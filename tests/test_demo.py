@@ -582,3 +582,12 @@ def test_a_runs_visits_per_prompt_and_spos_costs_are_summed_from_what_it_logged(
     logged = [{"spo/prior_rollouts": 96.0, "spo/prior_seconds": 2.5}, {"loss": 1.0},
               {"spo/forward_passes_rows": 8.0}, {"spo/forward_passes_rows": 12.0}]
     assert spo_costs(logged) == {"spo_prior_rollouts": 96.0, "spo_prior_seconds": 2.5, "spo_forward_passes_rows": 20.0}
+
+
+def test_the_machine_record_names_the_cpu_its_simd_flags_and_the_code():
+    from trl_budget.demo.machine import machine_record
+    from trl_budget.demo.run_cache import code_digest
+
+    record = machine_record()
+    assert record["cpu"] and isinstance(record["simd_flags"], list) and record["code"] == code_digest()
+    assert record["torch_cpu_capability"] and record["torch"] and record["trl"]

@@ -10,7 +10,6 @@ Until the move to benchmarks/demo/ this script was benchmarks/demo_record.py.
 from __future__ import annotations
 
 import json
-import platform
 import tempfile
 import time
 from pathlib import Path
@@ -18,19 +17,17 @@ from pathlib import Path
 import torch
 
 from trl_budget.cli import main as trl_budget
+from trl_budget.demo.machine import cpu_record, machine_record
 from trl_budget.demo.run_cache import code_digest
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SHOWN = ("start_accuracy", "final_accuracy_mean", "effective_ratio_mean", "rollouts_spent")
 
 
-def cpu() -> str:
+def cpu_line() -> str:
     """The CPU's model line (a warm start, and every figure after it, differ from one CPU model to another)."""
-    lines = Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []
-    fields = {name.strip(): value.strip() for name, value in (line.split(":", 1) for line in lines if ":" in line)}
-    if "model name" not in fields:
-        return platform.processor()
-    return f"{fields['model name']} (family {fields.get('cpu family')}, model {fields.get('model')})"
+    cpu = cpu_record()
+    return f"{cpu['cpu']} (family {cpu['cpu_family']}, model {cpu['cpu_model']})"
 
 
 def record() -> dict:
@@ -41,7 +38,7 @@ def record() -> dict:
         results = json.loads((Path(folder) / "demo_results.json").read_text())
     run_seconds = {run["allocator"]: round(run["seconds"]) for run in results["runs"]}
     return {"command": "trl-budget demo", "seconds_on_2_cores": round(seconds), "code": code_digest(),
-            "cpu": cpu(), "torch_threads": torch.get_num_threads(), "run_seconds": run_seconds,
+            "cpu": cpu_line(), "machine": machine_record(), "torch_threads": torch.get_num_threads(), "run_seconds": run_seconds,
             "summary": {label: {name: row[name] for name in SHOWN} for label, row in results["summary"].items()}}
 
 

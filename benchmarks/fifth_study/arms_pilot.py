@@ -28,8 +28,8 @@ Pre-registered here, before any run of SPO or of these combinations in either re
   are the fewest (at least 20) whose minimal detectable effect at 80% power at Holm's first level (0.05 over its
   primaries) is at most 1 point, stated in the study's pre-registration.
 - Order: seed by seed, regime by regime, arm by arm in the order listed; stored runs are reused.
-Every run is stored with the machine that trained it (CPU model, SIMD flags, torch's CPU capability, threads, package
-versions and the package code's digest). Writes benchmarks/fifth_study/results/arms_pilot.json.
+Every run is stored with the machine that trained it (`run_rl`'s record: CPU model, SIMD flags, torch's CPU capability,
+threads, package versions and the package code's digest). Writes benchmarks/fifth_study/results/arms_pilot.json.
 """
 
 from __future__ import annotations
@@ -43,8 +43,6 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
-from pilot import machine
-
 from trl_budget.demo.run import run_rl, warm_start
 from trl_budget.demo.run_cache import cached_run, stored_run
 from trl_budget.demo.settings import RLSettings, WarmStartSettings
@@ -94,7 +92,7 @@ def pilot_run(regime: str, label: str, seed: int) -> dict:
         result = run_rl(warm_start(WarmStartSettings(), task=task), allocator, seed, settings_for(regime),
                         Path("arms_pilot_runs") / regime / label, show_progress=False, label=label, task=task,
                         **options)
-        return {**{k: v for k, v in result.items() if k != "histograms"}, "machine": machine()}
+        return {k: v for k, v in result.items() if k != "histograms"}  # with the machine that trained it
 
     stored, reused = cached_run(RESULTS / "run_cache", run_name(regime, label, seed), run_key(regime, label, seed),
                                 train)

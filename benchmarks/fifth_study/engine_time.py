@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import sys
 import tempfile
 import time
@@ -36,6 +35,14 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 
 from vllm_engine.copy_task import build_copy_model  # noqa: E402
+
+from trl_budget.demo.machine import cpu_record  # noqa: E402
+
+
+def vllm_version() -> str:
+    import vllm
+
+    return vllm.__version__
 
 ROLLOUTS, GROUP = 512, 8
 
@@ -64,23 +71,6 @@ def time_batch(llm, entries: list[list[int]], lengths: np.ndarray) -> float:
     generated = [len(output.outputs[0].token_ids) for output in outputs]
     assert generated == lengths.tolist(), "every rollout must run to its length"
     return seconds
-
-
-def machine() -> dict:
-    info = {"platform": platform.platform(), "python": platform.python_version()}
-    try:
-        cpuinfo = Path("/proc/cpuinfo").read_text()
-        fields = dict(line.split(":", 1) for line in cpuinfo.splitlines() if ":" in line)
-        fields = {key.strip(): value.strip() for key, value in fields.items()}
-        flags = fields.get("flags", "").split()
-        info.update(cpu=fields.get("model name"), family=fields.get("cpu family"), model=fields.get("model"),
-                    simd=sorted(flag for flag in flags if flag.startswith(("avx", "amx", "fma", "sse4"))))
-    except OSError:
-        pass
-    import vllm
-
-    info["vllm"] = vllm.__version__
-    return info
 
 
 def main() -> None:
@@ -118,7 +108,7 @@ def main() -> None:
               "lengths": {"median": float(np.median(lengths)), "p90": float(np.percentile(lengths, 90)),
                           "max": int(lengths.max())},
               "model": "copy-task tiny Llama (2 layers, 64 wide), float32", "rounds": args.rounds,
-              "machine": machine(), "command": "python benchmarks/fifth_study/engine_time.py", "results": results}
+              "machine": {**cpu_record(), "vllm": vllm_version()}, "command": "python benchmarks/fifth_study/engine_time.py", "results": results}
     Path(args.output).write_text(json.dumps(report, indent=2))
     for name, row in results.items():
         print(f"{name}: GRPO n=8 x 64 {row['grpo_n8_median_s']:.2f} s, SPO n=1 x 512 {row['spo_n1_median_s']:.2f} s, "

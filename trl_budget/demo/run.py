@@ -24,6 +24,7 @@ from transformers import (
 from transformers.utils import logging as hf_logging
 
 from ..config import BudgetGRPOConfig
+from .machine import machine_record
 from ..trainer import BudgetGRPOTrainer
 from .settings import RLSettings, WarmStartSettings
 from .task import ARITHMETIC, Task, exact_match_reward, split_problems
@@ -297,6 +298,7 @@ def run_rl(model_path: Path, allocator: str, seed: int, settings: RLSettings, ou
         "curve": recorder.curve,
         "histograms": {str(step): counts for step, counts in recorder.histograms.items()},
         "prompt_visits": visits_summary(recorder.visits, len(train)),
+        "machine": machine_record(),
         **({} if trainer.spo is None else spo_costs(trainer.state.log_history)),
     }
 
