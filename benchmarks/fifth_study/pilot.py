@@ -51,6 +51,18 @@ with more mixed prompts. Candidates: 3, 4 and 5 digits at constant learning rate
 (level 0 added: 3 sign strings to choose from, most of its prompts all-pass at the start, so the waste criterion is
 met by easy prompts as well as hard ones) at 5e-4 and 1e-3. Seeds 404-407, paired, fresh. Everything else as pilot 1:
 the budget, the arms, the criteria, the order of training; results in results/pilot_2.json.
+
+Pilot 2 as run (stated after the runs; nothing above changed): `OMP_NUM_THREADS=1 PYTHONPATH=<worktree> python
+<worktree>/benchmarks/fifth_study/pilot.py --pilot 2 --processes 2` from a worktree of commit e75eeb8 (the package's
+code frozen while it ran), on an AMD EPYC (family 25 model 17, AVX-512), 14:31 to 15:05, other work on the machine
+beside it. The 16 runs of the two 3-4-5 candidates are stored; the 2-3-4 candidates could not be built: level 0 has
+241 distinct two-digit problems, fewer than the 834 a level needs for 1 500 training and 1 000 held-out problems over
+three levels (`split_problems` refused it at the first 2-3-4 run, which ended the pool). Answer: no candidate
+qualifies. Larger steps do not make this task learnable here, they break it: n = 8 falls from 0.325 to 0.230 at 5e-4
+and to 0.046 at 1e-3 (n = 16 to 0.251 and 0.140), below the start at update 60 on both. With pilot 1, uniform GRPO on
+the equations task either stays at its start (1e-4, 2e-4) or loses accuracy (5e-4, 1e-3): the task is not a regime
+for the study with this model, and the study needs another third family (or a larger warm start) before its
+pre-registration. The table comes from `python benchmarks/fifth_study/pilot.py --pilot 2 --stored-only`.
 """
 
 from __future__ import annotations
