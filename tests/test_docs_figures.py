@@ -492,3 +492,15 @@ def test_the_spo_page_states_the_engine_time_as_measured():
         stated = (f"{row['spo_over_grpo_median']:.2f} [{row['spo_over_grpo_min']:.2f}, "
                   f"{row['spo_over_grpo_max']:.2f}] {'as long ' if prompt_tokens == 24 else ''}with {prompt_tokens}-token")
         assert stated in text
+
+
+def test_the_benchmarks_page_states_the_fifth_studys_pilots_as_recorded():
+    first = read("fifth_study/results/pilot.json")["candidates"]["eq-3-4-5-1e-4"]
+    second = read("fifth_study/results/pilot_2.json")["candidates"]
+    text = page("docs/benchmarks.md")
+    assert (f"{first['start_accuracy']:.3f} at the start, {first['uniform_n8']:.3f} with 8 rollouts a prompt, "
+            f"{first['uniform_n16']:.3f} with 16") in text
+    assert (f"({second['eq-3-4-5-5e-4']['uniform_n8']:.3f} and {second['eq-3-4-5-1e-3']['uniform_n8']:.3f} with 8 "
+            "rollouts)") in text
+    assert all(row["qualifies"] is not True for row in [*read("fifth_study/results/pilot.json")["candidates"].values(),
+                                                        *second.values()])
