@@ -30,6 +30,22 @@ Pre-registered here, before any run of SPO or of these combinations in either re
 - Order: seed by seed, regime by regime, arm by arm in the order listed; stored runs are reused.
 Every run is stored with the machine that trained it (`run_rl`'s record: CPU model, SIMD flags, torch's CPU capability,
 threads, package versions and the package code's digest). Writes benchmarks/fifth_study/results/arms_pilot.json.
+
+As run (stated after the runs; nothing above changed): `OMP_NUM_THREADS=1 PYTHONPATH=<worktree> python
+<worktree>/benchmarks/fifth_study/arms_pilot.py --processes 1` from a worktree of commit c63a3ad, 15:09 to 16:17 on an
+AMD EPYC (family 25 model 17, AVX-512), the test suites beside it until 15:48; from 15:58 a second process
+trained the remaining jobs in reverse order from the repository's checkout, whose package code had the same digest
+(9ee195990d871643), until the two met. Both trained the last two jobs (arithmetic `spo` and `uniform-n8-history`, seed
+413): the same runs bit for bit but for their wall times. All 40 runs are stored; `--stored-only` gives the table.
+Answer, in points of held-out accuracy against `uniform-n8` (4 paired seeds, 95% t intervals):
+arithmetic: history +0.57 [-1.04, +2.17], spo +2.38 [+1.04, +3.73], history-spo-sampling
++0.15 [-1.51, +1.81], knapsack-history-value +0.75 [-0.35, +1.85];
+sorting: history -0.17 [-0.39, +0.06], spo +2.39 [+1.39, +3.39], history-spo-sampling
++0.21 [-1.83, +2.24], knapsack-history-value +0.61 [-0.47, +1.68].
+By the rule above the best project rule stays `uniform-n8-history` (knapsack-history-value's mean over the two regimes
+is +0.68, the history baseline's +0.20: short of the 0.5 point it needed). SPO's arm
+generated 12 000 more rollouts than the others (its prior, before the first batch): a pilot's figure at unequal cost,
+not a result.
 """
 
 from __future__ import annotations
