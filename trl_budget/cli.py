@@ -399,10 +399,13 @@ def grpo_help() -> str:
     under TRL's, read from the sources without importing TRL, transformers or torch, so that it answers at once."""
     ours = ", ".join(sorted(path.stem for path in ACCELERATE_CONFIGS.glob("*.yaml")))
     budget, training = dataclass_help("BudgetGRPOConfig"), dataclass_help("GRPOConfig")
-    own = [entry for name, entry in budget.items() if name not in training]
-    former = [entry for entry in own if "Deprecated: use" in entry]  # a renamed setting's former name
-    lines = [GRPO_USAGE.format(ours=ours), "", f"{BUDGET_HEADING}:", *(entry for entry in own if entry not in former)]
-    lines += ["", "Former names of renamed budget settings (accepted until trl_budget 0.3):", *former]
+    from .settings.renamed import RENAMED_SETTINGS  # plain Python: --help stays fast
+
+    own = {name: entry for name, entry in budget.items() if name not in training}
+    lines = [GRPO_USAGE.format(ours=ours), "", f"{BUDGET_HEADING}:",
+             *(entry for name, entry in own.items() if name not in RENAMED_SETTINGS)]
+    lines += ["", "Former names of renamed budget settings (accepted until trl_budget 0.3):",
+              *(entry for name, entry in own.items() if name in RENAMED_SETTINGS)]
     for heading, name in TRL_HELP_GROUPS:
         entries = dataclass_help(name)
         if name == "GRPOConfig":  # with the budget's default where it changes one of TRL's

@@ -74,14 +74,15 @@ def refuse_unindexable(dataset, who: str, other_fix: str = "") -> None:
 def check_prompt_sampling(dataset, args: BudgetGRPOConfig, allocator) -> None:
     """Prompt sampling draws its candidates from the training data by index, pools no larger than the data; by value,
     with an allocator that values a prompt."""
-    if args.resolved_prompt_sampling() == "value" and not callable(getattr(allocator, "prompt_values", None)):
-        raise ValueError(
-            f"prompt_sampling='value' weighs each prompt by the allocator's value, but {allocator!r} "
-            f"(budget_allocator={args.budget_allocator!r}) values no prompt: it has no prompt_values(counts, "
-            "pass_rates, failure_rate). Choose budget_allocator='knapsack' or 'coba', give the allocator that "
-            "method, or set prompt_sampling='spo'."
-        )
-    if args.resolved_prompt_sampling() == "value":  # a broken prompt_values fails here, before any model is loaded
+    if args.resolved_prompt_sampling() == "value":
+        if not callable(getattr(allocator, "prompt_values", None)):
+            raise ValueError(
+                f"prompt_sampling='value' weighs each prompt by the allocator's value, but {allocator!r} "
+                f"(budget_allocator={args.budget_allocator!r}) values no prompt: it has no prompt_values(counts, "
+                "pass_rates, failure_rate). Choose budget_allocator='knapsack' or 'coba', give the allocator that "
+                "method, or set prompt_sampling='spo'."
+            )
+        # a broken prompt_values fails here, before any model is loaded
         checked_prompt_values(allocator, np.array([np.nan, 0.0, 0.25, 0.5, 1.0]), args.num_generations, None)
     refuse_unindexable(dataset, f"prompt_sampling={args.resolved_prompt_sampling()!r} draws each batch's prompts")
     if args.prompt_sampling_pool is not None and args.prompt_sampling_pool > len(dataset):

@@ -70,7 +70,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, replace
@@ -79,6 +78,7 @@ from pathlib import Path
 import numpy as np
 
 from trl_budget.demo.run import run_rl, warm_start
+from trl_budget.demo.machine import machine_record
 from trl_budget.demo.run_cache import cached_run, code_digest, stored_run
 from trl_budget.demo.settings import RLSettings, WarmStartSettings
 from trl_budget.demo.study_stats import mean_after, paired_interval, study_metric
@@ -112,25 +112,10 @@ def settings_for(candidate: str, num_generations: int) -> RLSettings:
 
 
 def machine() -> dict:
-    """What a run's floats depend on: the CPU (model, family, SIMD flags), torch's CPU kernels and threads, the
-    packages' versions, and the package code's digest as imported and as on disk when the run ended."""
-    import accelerate
-    import torch
-    import transformers
-    import trl
-
-    cpu = {}
-    cpuinfo = Path("/proc/cpuinfo")
-    for line in cpuinfo.read_text().splitlines() if cpuinfo.exists() else []:
-        key, _, value = (part.strip() for part in line.partition(":"))
-        cpu.setdefault(key, value)
-    return {"cpu": cpu.get("model name", platform.processor()), "cpu_family": cpu.get("cpu family"),
-            "cpu_model": cpu.get("model"),
-            "simd_flags": sorted(flag for flag in cpu.get("flags", "").split() if flag.startswith(("avx", "amx", "fma"))),
-            "cores": os.cpu_count(), "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
-            "torch_threads": torch.get_num_threads(), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
-            "torch": torch.__version__, "trl": trl.__version__, "transformers": transformers.__version__,
-            "accelerate": accelerate.__version__, "code_at_import": CODE_AT_IMPORT, "code_on_disk": code_digest()}
+    """What a run's floats depend on (`machine_record`: the CPU, torch's CPU kernels and threads, the packages'
+    versions), with the package code's digest as imported and as on disk when the run ended."""
+    record = {name: value for name, value in machine_record().items() if name != "code"}
+    return {**record, "code_at_import": CODE_AT_IMPORT, "code_on_disk": code_digest()}
 
 
 def run_name(candidate: str, num_generations: int, seed: int) -> str:
