@@ -97,7 +97,7 @@ def test_the_data_is_the_same_for_a_seed_and_its_splits_are_disjoint_and_balance
 
 def test_the_task_modules_import_no_other_task_module():
     # Each task module imports what a task is from task_spec; only the registry (task.py) imports the task modules.
-    code = ("import sys, trl_budget.demo.equations, trl_budget.demo.sorting; "
+    code = ("import sys, trl_budget.demo.equations, trl_budget.demo.sorting, trl_budget.demo.brackets; "
             "assert 'trl_budget.demo.task' not in sys.modules, 'a task module imports the registry'")
     subprocess.run([sys.executable, "-c", code], check=True)
 

@@ -63,6 +63,19 @@ and to 0.046 at 1e-3 (n = 16 to 0.251 and 0.140), below the start at update 60 o
 the equations task either stays at its start (1e-4, 2e-4) or loses accuracy (5e-4, 1e-3): the task is not a regime
 for the study with this model, and the study needs another third family (or a larger warm start) before its
 pre-registration. The table comes from `python benchmarks/fifth_study/pilot.py --pilot 2 --stored-only`.
+
+Pilot 3 (`--pilot 3`), pre-registered here after pilot 2's table and before any RL run on its task: another family,
+the brackets task (`trl_budget/demo/brackets.py`: close every bracket a well-nested prefix of four kinds of brackets
+leaves open; one answer per problem), from its shipped warm start (`warm_start_brackets/`, digest checked), which
+learned prompts of 4 to 12 brackets only, as sorting's learned 4 to 8 digits. Its start per level
+(`--pilot 3 --describe-start`, no RL; 200 held-out problems a level, 8 samples at temperature 1): greedy accuracy 1.00
+(4, 8 brackets), 0.995 (12), 0.725 (16), 0.365 (20), 0.185 (24); every sample agrees on 79% (16), 78% (20) and 82% (24)
+of prompts, most of them all-fail at 20 and 24 brackets (54%, 71%). Candidates: 20 and 24 brackets at constant 1e-4
+(the earlier studies' rate) and 2e-4, and 16, 20 and 24 brackets at 1e-4; trained in the order `br-20-24-1e-4`,
+`br-16-20-24-1e-4`, `br-20-24-2e-4`. Seeds 420-423, paired, fresh. Everything else as pilots 1 and 2: the budget, the
+arms (uniform n = 8 and 16), the criteria, the order of training within a candidate, as far as the time given to it
+goes; results in results/pilot_3.json. If one qualifies, the largest waste share among those qualifying is the study's
+third regime.
 """
 
 from __future__ import annotations
@@ -77,16 +90,17 @@ from pathlib import Path
 
 import numpy as np
 
+from trl_budget.demo.build_warm_start import describe_by_level
 from trl_budget.demo.run import run_rl, warm_start
 from trl_budget.demo.machine import machine_record
 from trl_budget.demo.run_cache import cached_run, code_digest, stored_run
 from trl_budget.demo.settings import RLSettings, WarmStartSettings
 from trl_budget.demo.study_stats import mean_after, paired_interval, study_metric
-from trl_budget.demo.task import split_problems, task_named
+from trl_budget.demo.task import task_named
 
 RESULTS = Path(__file__).resolve().parent / "results"
-TASK = "equations"
-PILOT_SEEDS = {1: (400, 401, 402, 403), 2: (404, 405, 406, 407)}
+PILOT_TASKS = {1: "equations", 2: "equations", 3: "brackets"}
+PILOT_SEEDS = {1: (400, 401, 402, 403), 2: (404, 405, 406, 407), 3: (420, 421, 422, 423)}
 BUDGET = 960
 FIRST_EPOCH_BATCHES = 23  # 1 500 prompts, 64 per batch
 # Name -> (levels of the equations task, constant learning rate).
@@ -99,11 +113,21 @@ PILOT_2_CANDIDATES: dict[str, tuple[tuple[int, ...], float]] = {
     "eq-3-4-5-5e-4": ((1, 2, 3), 5e-4), "eq-3-4-5-1e-3": ((1, 2, 3), 1e-3),
     "eq-2-3-4-5e-4": ((0, 1, 2), 5e-4), "eq-2-3-4-1e-3": ((0, 1, 2), 1e-3),
 }
-PILOTS = {1: CANDIDATES, 2: PILOT_2_CANDIDATES}
-ALL_CANDIDATES = {**CANDIDATES, **PILOT_2_CANDIDATES}
+# Pilot 3's candidates, on the brackets task (levels 3, 4, 5: 16, 20 and 24 brackets).
+PILOT_3_CANDIDATES: dict[str, tuple[tuple[int, ...], float]] = {
+    "br-20-24-1e-4": ((4, 5), 1e-4), "br-16-20-24-1e-4": ((3, 4, 5), 1e-4), "br-20-24-2e-4": ((4, 5), 2e-4),
+}
+# The levels `--describe-start` describes: the equations task's first level has too few distinct problems.
+DESCRIBED_LEVELS = {1: (1, 2, 3, 4, 5), 2: (1, 2, 3, 4, 5), 3: (0, 1, 2, 3, 4, 5)}
+PILOTS = {1: CANDIDATES, 2: PILOT_2_CANDIDATES, 3: PILOT_3_CANDIDATES}
+ALL_CANDIDATES = {**CANDIDATES, **PILOT_2_CANDIDATES, **PILOT_3_CANDIDATES}
 WASTE_SHARE, ROOM_POINTS = 0.4, 0.01
 # The package's code as this script imported it (its worker processes train with that code, whatever changes on disk).
 CODE_AT_IMPORT = code_digest()
+
+
+def task_of(candidate: str) -> str:
+    return next(PILOT_TASKS[pilot] for pilot, candidates in PILOTS.items() if candidate in candidates)
 
 
 def settings_for(candidate: str, num_generations: int) -> RLSettings:
@@ -123,7 +147,7 @@ def run_name(candidate: str, num_generations: int, seed: int) -> str:
 
 
 def run_key(candidate: str, num_generations: int, seed: int) -> dict:
-    return {"task": TASK, "warm_start": asdict(WarmStartSettings()), "rl": asdict(settings_for(candidate, num_generations)),
+    return {"task": task_of(candidate), "warm_start": asdict(WarmStartSettings()), "rl": asdict(settings_for(candidate, num_generations)),
             "variant": {"budget_allocator": "uniform"}, "seed": seed}
 
 
@@ -132,7 +156,7 @@ def pilot_run(candidate: str, num_generations: int, seed: int) -> dict:
     import torch
 
     torch.set_num_threads(1)
-    task = task_named(TASK)
+    task = task_named(task_of(candidate))
 
     def train() -> dict:
         result = run_rl(warm_start(WarmStartSettings(), task=task), "uniform", seed,
@@ -186,30 +210,6 @@ def judge(candidate: str, runs: dict, pilot_seeds: tuple[int, ...]) -> dict:
             "criteria": criteria, "qualifies": all(criteria.values()) if len(seeds) == len(pilot_seeds) else None}
 
 
-def describe_start(samples: int = 8) -> dict:
-    """The warm start per level: greedy accuracy, and the share of prompts whose `samples` sampled answers all agree
-    (all right or all wrong) at temperature 1, the waste uniform n = 8 would meet on a first visit."""
-    from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
-
-    from trl_budget.demo.run import answer_outcomes
-
-    task = task_named(TASK)
-    path = warm_start(WarmStartSettings(), task=task)
-    model, tokenizer = AutoModelForCausalLM.from_pretrained(path), PreTrainedTokenizerFast.from_pretrained(path)
-    rows = {}
-    for level in range(1, len(task.levels)):
-        problems = split_problems(0, 200, 1, (level,), task)[1]
-        greedy = answer_outcomes(model, tokenizer, problems, task=task)[:, 0]
-        sampled = answer_outcomes(model, tokenizer, problems, samples, 1.0, seed=1, task=task)
-        rows[level] = {"digits": task.levels[level], "greedy_accuracy": float(greedy.mean()),
-                       "sampled_pass_rate": float(sampled.mean()),
-                       "all_agree": float((sampled.min(axis=1) == sampled.max(axis=1)).mean()),
-                       "all_fail": float((sampled.max(axis=1) == 0).mean()),
-                       "all_pass": float((sampled.min(axis=1) == 1).mean())}
-        print(f"level {level} ({task.levels[level]} digits): {rows[level]}", flush=True)
-    return rows
-
-
 def print_table(candidates: dict) -> None:
     print("| candidate | seeds | start | n = 8 | n = 16 | room [95% CI] | waste after / in first epoch | at update 60 "
           "| qualifies |")
@@ -239,7 +239,7 @@ def main(argv=None) -> None:
     output = RESULTS / ("pilot.json" if args.pilot == 1 else f"pilot_{args.pilot}.json")
     report = json.loads(output.read_text()) if output.exists() else {}
     if args.describe_start:
-        report["warm_start_by_level"] = describe_start()
+        report["warm_start_by_level"] = describe_by_level(task_named(PILOT_TASKS[args.pilot]), DESCRIBED_LEVELS[args.pilot])
         report["describe_start_machine"] = machine()
         output.parent.mkdir(parents=True, exist_ok=True)
         output.write_text(json.dumps(report, indent=2) + "\n")

@@ -45,11 +45,12 @@ from pathlib import Path
 
 import numpy as np
 
+from trl_budget.demo.build_warm_start import describe_by_level
 from trl_budget.demo.run import run_rl, warm_start
 from trl_budget.demo.run_cache import cached_run
 from trl_budget.demo.settings import RLSettings, WarmStartSettings
 from trl_budget.demo.study_stats import paired_interval
-from trl_budget.demo.task import split_problems, task_named
+from trl_budget.demo.task import task_named
 
 RESULTS = Path(__file__).resolve().parent / "results"
 TASK = "sorting"
@@ -122,30 +123,6 @@ def time_alone(candidate: str, seed: int) -> float:
     return time.perf_counter() - started
 
 
-def describe_start(samples: int = 8) -> dict:
-    """The warm start per level: greedy accuracy, and the share of prompts whose `samples` sampled answers all agree
-    (all right or all wrong) at temperature 1, the waste uniform n = 8 would meet on a first visit."""
-    from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
-
-    from trl_budget.demo.run import answer_outcomes
-
-    task = task_named(TASK)
-    path = warm_start(WarmStartSettings(), task=task)
-    model, tokenizer = AutoModelForCausalLM.from_pretrained(path), PreTrainedTokenizerFast.from_pretrained(path)
-    rows = {}
-    for level in range(1, len(task.levels)):
-        problems = split_problems(0, 200, 1, (level,), task)[1]
-        greedy = answer_outcomes(model, tokenizer, problems, task=task)[:, 0]
-        sampled = answer_outcomes(model, tokenizer, problems, samples, 1.0, seed=1, task=task)
-        agree = (sampled.min(axis=1) == sampled.max(axis=1))
-        rows[level] = {"digits": task.levels[level], "greedy_accuracy": float(greedy.mean()),
-                       "sampled_pass_rate": float(sampled.mean()), "all_agree": float(agree.mean()),
-                       "all_fail": float((sampled.max(axis=1) == 0).mean()),
-                       "all_pass": float((sampled.min(axis=1) == 1).mean())}
-        print(f"level {level} ({task.levels[level]} digits): {rows[level]}", flush=True)
-    return rows
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--describe-start", action="store_true", help="the warm start per level; no RL")
@@ -165,7 +142,7 @@ def main() -> None:
         output.write_text(json.dumps(report, indent=2) + "\n")
         return
     if args.describe_start:
-        report["warm_start_by_level"] = describe_start()
+        report["warm_start_by_level"] = describe_by_level(task_named(TASK), tuple(range(1, len(task_named(TASK).levels))))
         output.write_text(json.dumps(report, indent=2) + "\n")
         return
     jobs = [(name, n, seed) for name in args.candidates for seed in SEEDS for n in (8, 16)]

@@ -3,6 +3,7 @@
     python -m trl_budget.demo.build_warm_start                  # arithmetic: trl_budget/demo/warm_start/
     python -m trl_budget.demo.build_warm_start --task sorting   # trl_budget/demo/warm_start_sorting/
     python -m trl_budget.demo.build_warm_start --task equations # trl_budget/demo/warm_start_equations/
+    python -m trl_budget.demo.build_warm_start --task brackets  # trl_budget/demo/warm_start_brackets/
 
 Trains the tiny model with the default `WarmStartSettings` (as `warm_start(rebuild=True)` does), copies it into the
 task's shipped folder, and writes `warm_start.json` there: the settings' fingerprint, the weights' SHA-256 (a shipped
@@ -19,7 +20,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from .run import SHIPPED_RECORD, exact_match_accuracy, shipped_folder, warm_start
+from .run import SHIPPED_RECORD, answer_outcomes, exact_match_accuracy, shipped_folder, warm_start
 from .settings import RLSettings, WarmStartSettings
 from .task import ARITHMETIC, Task, split_problems, task_named
 
@@ -46,9 +47,31 @@ def greedy_held_out_accuracy(model_path: Path, task: Task = ARITHMETIC) -> dict[
     return exact_match_accuracy(model, tokenizer, held_out_problems(task), task=task)
 
 
+def describe_by_level(task: Task, levels: tuple[int, ...], samples: int = 8) -> dict[int, dict]:
+    """The shipped warm start on 200 held-out problems of each of `levels`: greedy accuracy, the sampled pass rate at
+    temperature 1, and the shares of prompts whose `samples` sampled answers all agree, all fail or all pass (the
+    waste uniform GRPO with `samples` rollouts meets on a first visit). `size` is the level's digits or brackets."""
+    from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
+
+    path = warm_start(WarmStartSettings(), task=task)
+    model, tokenizer = AutoModelForCausalLM.from_pretrained(path), PreTrainedTokenizerFast.from_pretrained(path)
+    rows = {}
+    for level in levels:
+        problems = split_problems(0, 200, 1, (level,), task)[1]
+        greedy = answer_outcomes(model, tokenizer, problems, task=task)[:, 0]
+        sampled = answer_outcomes(model, tokenizer, problems, samples, 1.0, seed=1, task=task)
+        rows[level] = {"size": task.levels[level], "greedy_accuracy": float(greedy.mean()),
+                       "sampled_pass_rate": float(sampled.mean()),
+                       "all_agree": float((sampled.min(axis=1) == sampled.max(axis=1)).mean()),
+                       "all_fail": float((sampled.max(axis=1) == 0).mean()),
+                       "all_pass": float((sampled.min(axis=1) == 1).mean())}
+        print(f"level {level} (size {task.levels[level]}): {rows[level]}", flush=True)
+    return rows
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--task", default=ARITHMETIC.name, help="the built-in task (arithmetic, sorting, equations)")
+    parser.add_argument("--task", default=ARITHMETIC.name, help="the built-in task (arithmetic, sorting, equations, brackets)")
     task = task_named(parser.parse_args(argv).task)
     settings, folder = WarmStartSettings(), shipped_folder(task)
     with tempfile.TemporaryDirectory() as cache:

@@ -28,7 +28,7 @@ import itertools
 
 import numpy as np
 
-from .task_spec import Task
+from .task_spec import Task, problems_over_levels
 
 SIGNS = "+-*"
 ALPHABET = "0123456789" + SIGNS + "?=:"
@@ -85,21 +85,17 @@ def holds(prompt: str, completion: str) -> bool:
 def make_problems(count: int, seed: int, levels: tuple[int, ...] | None = None) -> list[dict]:
     """`count` problems spread evenly over `levels` (default: all), each `{"prompt", "answer", "level"}`: digits from
     1 to 9 and a sign string drawn at random, kept only when no other sign string gives the same value."""
-    rng = np.random.default_rng(seed)
-    levels = tuple(range(len(LEVELS))) if levels is None else levels
-    problems = []
-    for index in range(count):
-        level = levels[index % len(levels)]
-        sign_strings = _every_sign_string(LEVELS[level] - 1)
-        while True:
-            digits = rng.integers(1, 10, LEVELS[level])
-            values = _values(digits, sign_strings)
-            chosen = int(rng.integers(len(sign_strings)))
-            if np.count_nonzero(values == values[chosen]) == 1:
-                break
-        problems.append({"prompt": "?".join(map(str, digits)) + f"={values[chosen]}:",
-                         "answer": "".join(SIGNS[sign] for sign in sign_strings[chosen]), "level": level})
-    return problems
+    return problems_over_levels(count, seed, levels, len(LEVELS), _problem)
+
+
+def _problem(rng: np.random.Generator, level: int) -> tuple[str, str]:
+    sign_strings = _every_sign_string(LEVELS[level] - 1)
+    while True:
+        digits = rng.integers(1, 10, LEVELS[level])
+        values = _values(digits, sign_strings)
+        chosen = int(rng.integers(len(sign_strings)))
+        if np.count_nonzero(values == values[chosen]) == 1:
+            return "?".join(map(str, digits)) + f"={values[chosen]}:", "".join(SIGNS[s] for s in sign_strings[chosen])
 
 
 # The warm start learns from every level, as arithmetic's does: how far it gets at each is what RL starts from.

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .task_spec import Task
+from .task_spec import Task, problems_over_levels
 
 ALPHABET = "0123456789:"
 
@@ -16,15 +16,12 @@ LEVELS = (4, 6, 8, 10, 12, 14)
 def make_problems(count: int, seed: int, levels: tuple[int, ...] | None = None) -> list[dict]:
     """`count` problems spread evenly over `levels` (default: all), each `{"prompt", "answer", "level"}`: the prompt
     `40713:` asks for `01347`."""
-    rng = np.random.default_rng(seed)
-    levels = tuple(range(len(LEVELS))) if levels is None else levels
-    problems = []
-    for index in range(count):
-        level = levels[index % len(levels)]
-        digits = rng.integers(0, 10, LEVELS[level])
-        problems.append({"prompt": "".join(map(str, digits)) + ":", "answer": "".join(map(str, np.sort(digits))),
-                         "level": level})
-    return problems
+    return problems_over_levels(count, seed, levels, len(LEVELS), _problem)
+
+
+def _problem(rng: np.random.Generator, level: int) -> tuple[str, str]:
+    digits = rng.integers(0, 10, LEVELS[level])
+    return "".join(map(str, digits)) + ":", "".join(map(str, np.sort(digits)))
 
 
 # The warm start learns to sort 4 to 8 digits; longer strings are for RL to learn (few succeed at first).

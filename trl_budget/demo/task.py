@@ -1,14 +1,16 @@
 """The built-in verifiable tasks, each with difficulty levels and an exact-match reward: arithmetic (this module, the
-demo's and every study's so far), sorting (`sorting.py`) and equations (`equations.py`), chosen by name with
-`task_named`. What a task is (`Task`) lives in `task_spec.py`, which the task modules import instead of this one."""
+demo's and every study's so far), sorting (`sorting.py`), equations (`equations.py`) and brackets (`brackets.py`),
+chosen by name with `task_named`. What a task is (`Task`) lives in `task_spec.py`, which the task modules import
+instead of this one."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from .brackets import BRACKETS
 from .equations import EQUATIONS
 from .sorting import SORTING
-from .task_spec import Task
+from .task_spec import Task, problems_over_levels
 
 ALPHABET = "0123456789+*="
 
@@ -31,16 +33,13 @@ def _operand(rng: np.random.Generator, digits: int) -> int:
 
 def make_problems(count: int, seed: int, levels: tuple[int, ...] | None = None) -> list[dict]:
     """`count` problems spread evenly over `levels` (default: all), each `{"prompt", "answer", "level"}`."""
-    rng = np.random.default_rng(seed)
-    levels = tuple(range(len(LEVELS))) if levels is None else levels
-    problems = []
-    for index in range(count):
-        level = levels[index % len(levels)]
-        operator, left_digits, right_digits = LEVELS[level]
-        left, right = _operand(rng, left_digits), _operand(rng, right_digits)
-        answer = left + right if operator == "+" else left * right
-        problems.append({"prompt": f"{left}{operator}{right}=", "answer": str(answer), "level": level})
-    return problems
+    return problems_over_levels(count, seed, levels, len(LEVELS), _problem)
+
+
+def _problem(rng: np.random.Generator, level: int) -> tuple[str, str]:
+    operator, left_digits, right_digits = LEVELS[level]
+    left, right = _operand(rng, left_digits), _operand(rng, right_digits)
+    return f"{left}{operator}{right}=", str(left + right if operator == "+" else left * right)
 
 
 ARITHMETIC = Task("arithmetic", ALPHABET, LEVELS, make_problems, max_answer_tokens=5)  # 3 + 3 digits: 4, and the end
@@ -76,7 +75,7 @@ def exact_match_reward(completions: list[str], answer: list[str], **kwargs) -> l
 
 def task_named(name: str) -> Task:
     """The built-in task called `name`."""
-    tasks = {task.name: task for task in (ARITHMETIC, SORTING, EQUATIONS)}
+    tasks = {task.name: task for task in (ARITHMETIC, SORTING, EQUATIONS, BRACKETS)}
     if name not in tasks:
         raise ValueError(f"task={name!r} is not a built-in task; choose one of {sorted(tasks)}.")
     return tasks[name]

@@ -19,3 +19,19 @@ class Task:
     make_problems: Callable[..., list[dict]]
     max_answer_tokens: int
     warm_start_levels: tuple[int, ...] | None = None
+
+
+def problems_over_levels(count: int, seed: int, levels: tuple[int, ...] | None, level_count: int,
+                         make_one: Callable[..., tuple[str, str]]) -> list[dict]:
+    """`count` problems spread evenly over `levels` (None: all `level_count`), each `{"prompt", "answer", "level"}`,
+    from `make_one(rng, level) -> (prompt, answer)` with one generator seeded by `seed`."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    levels = tuple(range(level_count)) if levels is None else levels
+    problems = []
+    for index in range(count):
+        level = levels[index % len(levels)]
+        prompt, answer = make_one(rng, level)
+        problems.append({"prompt": prompt, "answer": answer, "level": level})
+    return problems
