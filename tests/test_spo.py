@@ -94,6 +94,20 @@ def test_several_rows_of_a_prompt_start_from_the_same_values_and_the_last_is_kep
     assert (tracker.alpha["a"], tracker.beta["a"]) == (1.0, 2.5)
 
 
+def test_every_row_of_a_prompt_counts_under_rows_all():
+    # A prompt forgets once, by its rho, and gains every scored row's reward and failure: a group of 8 counts 8.
+    tracker = SPOTracker(rho=0.5, rows="all")
+    tracker.set_priors(["a", "b"], [(4.0, 4.0), (1.0, 1.0)])
+    tracker.update(["a", "b", "a", "a"], np.array([1.0, 0.25, 1.0, 0.0]), np.array([0.5, 0.8, 0.5, 0.5]))
+    assert (tracker.alpha["a"], tracker.beta["a"]) == (0.5 * 4 + 2, 0.5 * 4 + 1)
+    assert (tracker.alpha["b"], tracker.beta["b"]) == (0.8 * 1 + 0.25, 0.8 * 1 + 0.75)
+    assert tracker.visits == {"a": 3, "b": 1}
+    tracker.update(["a", "a"], np.array([np.nan, 1.0]), tracker.rho)  # an unscored row counts for nothing
+    assert (tracker.alpha["a"], tracker.beta["a"], tracker.visits["a"]) == (0.5 * 4 + 1, 0.5 * 3, 4)
+    tracker.update(["b"], np.array([np.nan]), tracker.rho)  # a prompt with no scored row keeps its estimate
+    assert (tracker.alpha["b"], tracker.beta["b"]) == (0.8 * 1 + 0.25, 0.8 * 1 + 0.75)
+
+
 def test_the_sampling_weights_by_hand():
     np.testing.assert_allclose(sampling_weights(np.array([0.5, 0.0, 1.0, 0.9])), [0.55, 0.05, 0.05, 0.35])
 
@@ -130,6 +144,11 @@ def test_the_tracker_round_trips_through_json_and_refuses_other_settings():
     assert restored.state_dict() == tracker.state_dict()
     with pytest.raises(ValueError, match="saved with rho='kl' and this run's is 0.875; set spo_rho='kl' to resume"):
         SPOTracker(rho=0.875).load_state_dict(state)
+    with pytest.raises(ValueError, match="saved with rows='last' and this run's is 'all'; set spo_update_rows='last'"):
+        SPOTracker(rho="kl", rows="all").load_state_dict(state)
+    before_the_setting = {name: value for name, value in state.items() if name != "rows"}
+    restored.load_state_dict(before_the_setting)  # a state saved before `rows` existed was updated by the last row
+    assert restored.rows == "last"
     for broken in ({**state, "alpha": [math.inf, 1.0]}, {**state, "keys": ["a"]},
                    {**state, "responses": {"a": {"prompt_ids": [1], "completion_ids": [2], "log_probs": []}}}):
         with pytest.raises(ValueError, match="the SPO state's"):
@@ -145,7 +164,8 @@ def test_a_prompt_without_a_prior_is_refused_once_priors_are_set():
 
 
 @pytest.mark.parametrize("settings, message", [({"rho": 1.5}, "^rho must be 'kl'"), ({"rho": "KL"}, "^rho must"),
-                                               ({"clip_lower": 0.96}, "^clip_lower must be a number in")])
+                                               ({"clip_lower": 0.96}, "^clip_lower must be a number in"),
+                                               ({"rows": "mean"}, "^rows must be 'last'")])
 def test_bad_settings_are_named(settings, message):
     with pytest.raises(ValueError, match=message):
         SPOTracker(**settings)

@@ -17,10 +17,10 @@ from trl_budget.spo import forgetting_factor, response_drift, spo_advantages, sp
 SPO = dict(budget_allocator="spo", max_generations=128, per_device_train_batch_size=8)
 
 
-def replayed_advantages(recorder, rho: float):
+def replayed_advantages(recorder, rho: float, rows: str = "last"):
     """Every step's advantages by hand: each row's reward against its prompt's p before the step, replayed on a fresh
-    tracker with the same constant rho; normalized over the step's rows."""
-    tracker = SPOTracker(rho=rho)
+    tracker with the same constant rho (and rule for a prompt's rows); normalized over the step's rows."""
+    tracker = SPOTracker(rho=rho, rows=rows)
     expected = []
     for plan, _, _ in recorder.steps:
         rows = np.repeat(plan.keys, plan.counts)
@@ -157,6 +157,20 @@ def test_spos_baseline_inside_groups_and_its_sampling_under_another_allocator(tm
     for (plan, advantages, _), hand in zip(recorder.steps, expected):
         assert (plan.counts == 4).all()
         np.testing.assert_allclose(advantages.numpy(), hand, rtol=1e-5, atol=1e-6)
+    # Every row of a group updating the estimate: the replay with rows="all" gives the same advantages and estimates.
+    every_row = make_trainer(tmp_path / "every_row", tokenizer, max_steps=3, advantage_baseline="spo",
+                             budget_allocator="uniform", spo_rho=0.5, spo_update_rows="all",
+                             dataset=make_dataset(2))  # both prompts in every batch: estimates from earlier visits
+    recorder = RowRecorder(every_row)
+    every_row.train()
+    expected, replayed = replayed_advantages(recorder, 0.5, rows="all")
+    last_row_only, _ = replayed_advantages(recorder, 0.5)
+    assert not all(np.allclose(a, b) for a, b in zip(expected, last_row_only))  # the two rules differ here
+    for (_, advantages, _), hand in zip(recorder.steps, expected):
+        np.testing.assert_allclose(advantages.numpy(), hand, rtol=1e-5, atol=1e-6)
+    every_row.spo.settle(every_row._policy_log_probs, every_row._metrics["train"])
+    assert every_row.spo.tracker.alpha == pytest.approx(replayed.alpha)
+    assert sum(every_row.spo.tracker.visits.values()) == 3 * 8  # 3 batches of 8 rows, every one counted
     sampled = make_trainer(tmp_path / "sampled", tokenizer, max_steps=3, prompt_sampling="spo",
                            prompt_sampling_pool=4, dataset=make_dataset(8))
     sampled.train()
@@ -198,6 +212,8 @@ def test_an_spo_run_resumes_exactly(tmp_path, tokenizer):
      ({"budget_allocator": "spo", "spo_offline_sampling": True, "spo_offline_n": 0},
       "^spo_offline_sampling=True samples spo_offline_n rollouts of every prompt, but spo_offline_n=0"),
      ({"spo_offline_sampling": True}, "^spo_offline_sampling=True is read only by SPO's tracker"),
+     ({"spo_update_rows": "all"}, "^spo_update_rows='all' is read only by SPO's tracker"),
+     ({"budget_allocator": "spo", "spo_update_rows": "mean"}, "^spo_update_rows must be 'last'"),
      ({"budget_allocator": "spo", "advantage_baseline": "group"}, "with spo_rollouts_per_prompt=1 trains one "
                                                                   "rollout a prompt, and advantage_baseline='group'"),
      ({"budget_allocator": "spo", "advantage_baseline": "all_rollouts"}, "every advantage would be 0"),
@@ -264,6 +280,16 @@ def test_the_prior_sampled_by_the_run_itself_before_its_first_batch(tmp_path, to
             dataset["prompt"].count(text) > 1
     first = trainer.state.log_history[0]
     assert first["spo/prior_rollouts"] == 24 and first["reward"] == pytest.approx(np.mean([r for _, r in batch]))
+
+
+def test_the_prior_counts_every_rollout_it_generated_the_last_batchs_fill_included(tmp_path, tokenizer):
+    # 5 prompts x 4 rollouts: 20 scored for the prior, generated in 3 generation batches of 8, the last filled up.
+    reward = RecordedReward()
+    trainer = make_trainer(tmp_path, tokenizer, max_steps=1, reward_funcs=reward, spo_offline_sampling=True,
+                           spo_offline_n=4, dataset=make_dataset(5), **SPO)
+    trainer.train()
+    assert len(reward.scored) == 24 + 8  # the prior's 3 batches, then the first step's
+    assert trainer.state.log_history[0]["spo/prior_rollouts"] == 24
 
 
 def test_spo_with_a_rollout_func_credits_every_row_to_its_prompt(tmp_path, tokenizer):

@@ -227,6 +227,11 @@ class BudgetGRPOConfig(GRPOConfig, AllocationSettings, TrackerSettings, BatchSet
         spo_rho_clip_lower (`float`, *optional*, defaults to `0.875`):
             The lowest KL-adaptive factor (fastest forgetting), and the prior's weight `1 / (1 - spo_rho_clip_lower)`
             pseudo-rollouts (the release's `rho.clip_lower`).
+        spo_update_rows (`str`, *optional*, defaults to `"last"`):
+            How the tracker takes a prompt's several rows in one batch (`num_generations` above 1 under
+            `advantage_baseline="spo"`, or a prompt drawn twice): `"last"` (the release's rule: the last row's update
+            is kept, one reward of the group) or `"all"` (every row's reward counts: the prompt forgets once, by its
+            rho, and gains all its rewards and failures).
         spo_offline_values (`str` or `None`, *optional*, defaults to `None`):
             A JSON file of each prompt's scores by the initial policy, `{"prompt text": [score, ...]}` (the release's
             `offline_values`; keyed by `prompt_id_column`'s value when it is set): each prompt's prior. Every prompt
@@ -237,8 +242,8 @@ class BudgetGRPOConfig(GRPOConfig, AllocationSettings, TrackerSettings, BatchSet
         spo_offline_sampling (`bool`, *optional*, defaults to `False`):
             Sample SPO's prior in the run itself: before the first batch, `spo_offline_n` rollouts of every training
             prompt, generated and scored as the run's rollouts are (the release samples its offline values in a
-            separate validation run). A reward above 0 counts as a success. Logged: `spo/prior_rollouts` and
-            `spo/prior_seconds`.
+            separate validation run). A reward above 0 counts as a success. Logged: `spo/prior_rollouts` (the
+            rollouts generated, in whole generation batches) and `spo/prior_seconds`.
         spo_offline_n (`int`, *optional*, defaults to `8`):
             Offline scores per prompt the prior counts (the release's `offline_N`): more are sub-sampled, fewer count
             the missing ones as failures (the release's formula). 0: Beta(0.5, 0.5) for every prompt.
@@ -479,6 +484,14 @@ class BudgetGRPOConfig(GRPOConfig, AllocationSettings, TrackerSettings, BatchSet
         default=0.875,
         metadata={"help": "SPO: the lowest KL-adaptive factor, and the prior's weight 1 / (1 - clip_lower) "
                   "pseudo-rollouts (the release's rho.clip_lower)."},
+    )
+    spo_update_rows: str = field(
+        default="last",
+        metadata={"help": "How SPO's tracker takes a prompt's several rows in one batch (num_generations above 1 "
+                  "under advantage_baseline='spo', or a prompt drawn twice): 'last' (the release's rule: each row's "
+                  "update starts from the same estimate and the last row's is kept, one reward of the group) or 'all' "
+                  "(every row's reward counts: alpha <- rho alpha + the rewards, beta <- rho beta + the failures).",
+                  "choices": ["last", "all"]},
     )
     spo_offline_values: str | None = field(
         default=None,

@@ -167,7 +167,7 @@ def _read_tracker(path: str) -> tuple[list[str], CapabilityTracker, np.ndarray]:
 
 def _read_spo(path: str) -> SPOTracker | None:
     """SPO's tracker as the checkpoint saved it (SPOStage's file: the tracker, and the last batch's rows that wait to
-    be settled into it when the next batch starts), built with its saved rho and clip_lower; None without the file."""
+    be settled into it when the next batch starts), built with its saved rho, clip_lower and rows; None without the file."""
     if not os.path.exists(path):
         return None
     state = _read_json(path, "SPO's state")
@@ -175,7 +175,7 @@ def _read_spo(path: str) -> SPOTracker | None:
     try:
         if not isinstance(saved, dict):
             raise ValueError("it holds no 'tracker' object")
-        tracker = SPOTracker(rho=saved.get("rho"), clip_lower=saved.get("clip_lower"))
+        tracker = SPOTracker(rho=saved.get("rho"), clip_lower=saved.get("clip_lower"), rows=saved.get("rows", "last"))
         tracker.load_state_dict(saved)
     except ValueError as error:
         raise ValueError(f"{path} is not an SPO state this trl_budget can read: {error}") from error

@@ -38,6 +38,7 @@ RHO_MAX = 0.96  # the release's upper clip on the forgetting factor: evidence al
 NORMALIZATION_EPSILON = 1e-8  # added to the batch's standard deviation, as the release adds it
 _STATE_VERSION = 1
 SPO_STATE_NAME = "budget_spo_state.json"  # SPO's stage in a checkpoint (spo_stage.SPOStage)
+UPDATE_ROWS = ("last", "all")  # how a prompt's several rows in one batch update its estimate
 
 
 def check_clip_lower(clip_lower: Any) -> None:
@@ -124,10 +125,16 @@ class SPOTracker:
     Args:
         rho: `"kl"` (KL-adaptive, the release's default) or a constant in (0, 1].
         clip_lower: the lowest rho (fastest forgetting) and the prior's weight `1 / (1 - clip_lower)`; 0.875.
+        rows: how a prompt's several rows in one batch update it: `"last"` (the release's rule: the last row's
+            update is kept, one reward of the group) or `"all"` (every row's reward counts).
     """
 
-    def __init__(self, rho: str | float = "kl", clip_lower: float = 0.875):
+    def __init__(self, rho: str | float = "kl", clip_lower: float = 0.875, rows: str = "last"):
         check_clip_lower(clip_lower)
+        if rows not in UPDATE_ROWS:
+            raise ValueError(f"rows must be 'last' (the release's rule: one row of a prompt's group is kept) or 'all' "
+                             f"(every row's reward counts), got {shown(rows)}.")
+        self.rows = rows
         if rho != "kl" and not (is_finite_number(rho) and 0 < rho <= 1):
             raise ValueError(f"rho must be 'kl' (KL-adaptive, the release's default) or a constant forgetting factor "
                              f"in (0, 1] (the release's constant is 0.875), got {shown(rho)}.")
@@ -171,12 +178,16 @@ class SPOTracker:
 
     def update(self, keys: Sequence[Hashable], rewards: np.ndarray, rhos: np.ndarray) -> None:
         """alpha <- rho alpha + r, beta <- rho beta + (1 - r), row by row from the values before this batch; where a
-        key has several rows, the last one's is kept (the release's rule). Unscored rows (NaN) change nothing, and
-        each scored row counts one visit."""
+        key has several rows, the last one's is kept (the release's rule), or under `rows="all"` every one counts:
+        alpha <- rho alpha + the rows' rewards, beta <- rho beta + their failures. Unscored rows (NaN) change nothing,
+        and each scored row counts one visit."""
         keys = [str(key) for key in keys]
         alpha, beta = self.beta_parameters(keys)
         rewards, rhos = np.asarray(rewards, dtype=np.float64), np.broadcast_to(np.asarray(rhos, np.float64),
                                                                                 (len(keys),))
+        if self.rows == "all":
+            self._update_with_every_row(keys, alpha, beta, rewards, rhos)
+            return
         for row, key in enumerate(keys):
             if math.isnan(rewards[row]):
                 continue
@@ -184,12 +195,25 @@ class SPOTracker:
             self.beta[key] = float(rhos[row] * beta[row] + (1.0 - rewards[row]))
             self.visits[key] = self.visits.get(key, 0) + 1
 
+    def _update_with_every_row(self, keys: list[str], alpha: np.ndarray, beta: np.ndarray, rewards: np.ndarray,
+                               rhos: np.ndarray) -> None:
+        """Each key forgets once (its rho is its prompt's, the same on each of its rows) and gains every scored row."""
+        scored: dict[str, tuple[int, float, int]] = {}  # key -> (a row of it, rewards, rows)
+        for row, key in enumerate(keys):
+            if not math.isnan(rewards[row]):
+                _, total, count = scored.get(key, (row, 0.0, 0))
+                scored[key] = (row, total + float(rewards[row]), count + 1)
+        for key, (row, total, count) in scored.items():
+            self.alpha[key] = float(rhos[row] * alpha[row] + total)
+            self.beta[key] = float(rhos[row] * beta[row] + (count - total))
+            self.visits[key] = self.visits.get(key, 0) + count
+
     # ------------------------------------------------------------------------------------------------- state
 
     def state_dict(self) -> dict[str, Any]:
         """Plain JSON state: the settings, each key's alpha, beta and visits, and the kept responses."""
         keys = list(self.alpha)
-        return {"version": _STATE_VERSION, "rho": self.rho, "clip_lower": self.clip_lower,
+        return {"version": _STATE_VERSION, "rho": self.rho, "clip_lower": self.clip_lower, "rows": self.rows,
                 "default_prior": None if self.default_prior is None else list(self.default_prior),
                 "keys": keys, "alpha": [self.alpha[k] for k in keys], "beta": [self.beta[k] for k in keys],
                 "visits": {k: v for k, v in self.visits.items()}, "responses": self.responses}
@@ -206,6 +230,10 @@ class SPOTracker:
             if state.get(name) != mine:
                 raise ValueError(f"the SPO state was saved with {name}={state.get(name)!r} and this run's is "
                                  f"{mine!r}; set {setting}={state.get(name)!r} to resume it")
+        saved_rows = state.get("rows", "last")  # a state saved before the setting existed was updated by the last row
+        if saved_rows != self.rows:
+            raise ValueError(f"the SPO state was saved with rows={saved_rows!r} and this run's is {self.rows!r}; set "
+                             f"spo_update_rows={saved_rows!r} to resume it")
         keys, alpha, beta = state.get("keys"), state.get("alpha"), state.get("beta")
         if not (isinstance(keys, list) and isinstance(alpha, list) and isinstance(beta, list)
                 and len(keys) == len(alpha) == len(beta) and all(isinstance(k, str) for k in keys)):

@@ -365,7 +365,8 @@ class BudgetGRPOTrainer(GRPOTrainer):
         """SPO's prior from the run itself (`spo_offline_sampling`): `spo_offline_n` rollouts of every training
         prompt, generated and scored as the batches' are, a generation batch's worth of rows at a time (the last one
         filled up with its own last row, whose extra rollouts are left out). What TRL logs of them is taken back out,
-        so that the first step's figures are its own; their count and time are logged."""
+        so that the first step's figures are its own; the rollouts generated (the fill included) and the time are
+        logged."""
         started, snapshot = time.perf_counter(), self._logged_so_far()
         rows = list(training_rows(self))
         keys, offline_n = keys_of(rows, self.args.prompt_id_column), self.args.spo_offline_n
@@ -382,7 +383,8 @@ class BudgetGRPOTrainer(GRPOTrainer):
         self._restore_logged(snapshot)
         self.spo.set_sampled_priors([keys[index] for index in repeated], np.array(rewards), offline_n,
                                     self._layout_seed)
-        self._metrics["train"]["spo/prior_rollouts"].append(float(len(repeated)))
+        generated = -(-len(repeated) // size) * size  # whole generation batches, the last one's fill included
+        self._metrics["train"]["spo/prior_rollouts"].append(float(generated))
         self._metrics["train"]["spo/prior_seconds"].append(time.perf_counter() - started)
 
     def _logged_so_far(self):

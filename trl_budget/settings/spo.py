@@ -34,8 +34,8 @@ class SPOSettings:
 
         if "spo_rollouts_per_prompt" in changed and self.budget_allocator != "spo":
             refuse("spo_rollouts_per_prompt", "under budget_allocator='spo'")
-        tracker_settings = ("spo_rho", "spo_rho_clip_lower", "spo_offline_values", "spo_offline_column",
-                            "spo_offline_sampling", "spo_offline_n")
+        tracker_settings = ("spo_rho", "spo_rho_clip_lower", "spo_update_rows", "spo_offline_values",
+                            "spo_offline_column", "spo_offline_sampling", "spo_offline_n")
         for name in tracker_settings:
             if name in changed and not self.uses_spo_tracker():
                 refuse(name, "by SPO's tracker (advantage_baseline='spo', prompt_sampling='spo' or "
@@ -105,10 +105,10 @@ class SPOSettings:
         from ..spo import SPOTracker
 
         try:
-            return SPOTracker(rho=self.spo_rho, clip_lower=self.spo_rho_clip_lower)
+            return SPOTracker(rho=self.spo_rho, clip_lower=self.spo_rho_clip_lower, rows=self.spo_update_rows)
         except ValueError as error:
-            raise ValueError(name_the_field(str(error), lambda name: {"rho": "spo_rho", "clip_lower":
-                                                                       "spo_rho_clip_lower"}.get(name, name))) from error
+            settings = {"rho": "spo_rho", "clip_lower": "spo_rho_clip_lower", "rows": "spo_update_rows"}
+            raise ValueError(name_the_field(str(error), lambda name: settings.get(name, name))) from error
 
     def check_prompt_sampling(self) -> None:
         """Prompt sampling: a rule by name, a pool of whole prompts, and not with dynamic sampling (which draws its
