@@ -1,8 +1,9 @@
-"""Re-train stored runs of the third or fourth study with the current code and compare them with the stored ones, field
+"""Re-train stored runs of the third, fourth or fifth study with the current code and compare them with the stored ones, field
 by field.
 
     OMP_NUM_THREADS=1 python benchmarks/common/retrain_stored.py reinforce-ada-positive:40 uniform-n8:41   # the third
     OMP_NUM_THREADS=1 python benchmarks/common/retrain_stored.py sorting/uniform-n8-history:300   # the fourth study
+    OMP_NUM_THREADS=1 python benchmarks/common/retrain_stored.py fifth:brackets/spo:500   # the fifth study
 
 A run re-trains bit for bit when every figure it records (held-out and training accuracy at every evaluation, every
 batch's logged budget figures and rewards) equals the stored one exactly (`SKIPPED` says what is not compared); then the code it executes behaves as the
@@ -19,8 +20,10 @@ import tempfile
 from pathlib import Path
 
 BENCHMARKS = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(BENCHMARKS / "third_study"), str(BENCHMARKS / "fourth_study")]  # the studies' scripts
+sys.path[:0] = [str(BENCHMARKS / "third_study"), str(BENCHMARKS / "fourth_study"),
+                str(BENCHMARKS / "fifth_study")]  # the studies' scripts
 
+import fifth_study  # noqa: E402
 import fourth_study  # noqa: E402
 import rounds_study  # noqa: E402
 
@@ -50,8 +53,11 @@ def main(runs: list[str]) -> int:
     failed = 0
     for run in runs:
         arm, seed = run.rsplit(":", 1)
-        # "regime/label" names a run of the fourth study, a bare label one of the third
-        study, job = ((fourth_study, (*arm.split("/"), int(seed))) if "/" in arm else (rounds_study, (arm, int(seed))))
+        # "fifth:regime/label" names a run of the fifth study, "regime/label" one of the fourth, a bare label one of
+        # the third
+        study = fifth_study if arm.startswith("fifth:") else fourth_study if "/" in arm else rounds_study
+        arm = arm.removeprefix("fifth:")
+        job = (*arm.split("/"), int(seed)) if "/" in arm else (arm, int(seed))
         study_run = study.study_run
         stored = study_run(*job, quick=False, run_cache=study.RESULTS / "run_cache", train=False)["result"]
         with tempfile.TemporaryDirectory() as folder:

@@ -95,10 +95,11 @@ import numpy as np
 
 from trl_budget.demo.report import comparison_cells
 from trl_budget.demo.run import run_rl, warm_start
-from trl_budget.demo.run_cache import NotStored, cached_run, code_digest, stored_run, study_arguments, study_runs
+from trl_budget.demo.run_cache import refuse_other_code, stored_or_trained, study_arguments, study_runs
 from trl_budget.demo.settings import (REINFORCE_ADA_AT_EQUAL_COST, REINFORCE_ADA_TRAINED, RLSettings,
                                       WarmStartSettings)
-from trl_budget.demo.study_stats import corrected_family, minimal_detectable_effect, paired_comparison, study_metric
+from trl_budget.demo.study_stats import (answer_sentences, comparison_name, compare_runs, minimal_detectable_effect,
+                                         paired_comparison, room_gate as study_room_gate, runs_family, study_metric)
 from trl_budget.demo.task import task_named
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -161,11 +162,6 @@ ENGINE_RESULTS = Path(__file__).resolve().parents[1] / "engine_cost" / "results"
 HOLM_FIRST_LEVEL = 0.05 / len(PRIMARY)
 
 
-def comparison_name(comparison: tuple[str, str, str]) -> str:
-    regime, arm, reference = comparison
-    return f"{regime}: {arm} - {reference}"
-
-
 def pilot_paired_sd(regime: str) -> float:
     """The paired SD the study is sized on, from committed runs: the third study's reinforce-ada-positive minus
     uniform-n8 (arithmetic), the fourth pilot's n = 16 minus n = 8 (sorting)."""
@@ -191,17 +187,6 @@ def arm_settings(regime: str, label: str, quick: bool) -> RLSettings:
                    **({} if levels is None else {"levels": levels}))
 
 
-def refuse_other_code() -> None:
-    """Training stops before any run when the package's code is not the study's: a study's arms must run one code."""
-    if code_digest() != STUDY_CODE:
-        raise SystemExit(
-            f"The package's code (digest {code_digest()}) is not the code of the fourth study's runs (STUDY_CODE = "
-            f"{STUDY_CODE}). Train the remaining runs from the study's commit (git worktree add <folder> <commit>; "
-            "PYTHONPATH=<folder> python <folder>/benchmarks/fourth_study.py, its path at that commit); or show that "
-            "two stored runs of each arm re-train bit for bit (benchmarks/common/retrain_stored.py regime/arm:seed) "
-            "and set STUDY_CODE to this digest; or summarise with --stored-only.")
-
-
 def study_run(regime: str, label: str, seed: int, quick: bool, run_cache: Path, train: bool = True) -> dict:
     """One run, stored (or read back) under its settings and seed; single-threaded, for a process pool."""
     import torch
@@ -213,11 +198,6 @@ def study_run(regime: str, label: str, seed: int, quick: bool, run_cache: Path, 
     allocator = options.pop("budget_allocator")
     key = {"task": task_name, "warm_start": asdict(warm), "rl": asdict(settings), "arm": ARMS[label][2], "seed": seed}
     name = f"fourth-study-{regime}-{label}-{seed}"
-    if not train:
-        stored = stored_run(run_cache, name, key)
-        if stored is None:
-            raise NotStored(f"{regime} {label} seed {seed}")
-        return stored
     task = task_named(task_name)
 
     def train_it() -> dict:
@@ -231,8 +211,7 @@ def study_run(regime: str, label: str, seed: int, quick: bool, run_cache: Path, 
             return stopped_at_cap(error, label, seed, time.perf_counter() - start)
         return {k: v for k, v in result.items() if k != "histograms"}
 
-    # a run stored by the study's code under another digest (the package changed since, re-training bit for bit)
-    return stored_run(run_cache, name, key) or cached_run(run_cache, name, key, train_it)[0]
+    return stored_or_trained(run_cache, name, key, train, train_it)
 
 
 def stopped_at_cap(error: RuntimeError, label: str, seed: int, seconds: float) -> dict:
@@ -376,26 +355,16 @@ def until_stopped(runs: dict, stopped: dict, regime: str, label: str, seeds: lis
                 "updates": sorted({step for _, step in equal_generated})}}
 
 
-def compare(runs: dict, comparison: tuple[str, str, str], seeds: list[int]) -> dict:
-    regime, arm, reference = comparison
-    paired = [s for s in seeds if (regime, arm, s) in runs and (regime, reference, s) in runs]
-    return paired_comparison([metric(runs[regime, arm, s]) - metric(runs[regime, reference, s]) for s in paired],
-                             len(seeds))
+compare = compare_runs
 
 
 def family(runs: dict, comparisons: list[tuple[str, str, str]], seeds: list[int], stopped: dict) -> dict:
     """Each comparison paired over seeds; Holm and Bonferroni over those complete (all seeds paired). A comparison
     whose arm stopped on some seed is `unfinished`: its difference over the seeds that finished is descriptive only,
     and it keeps its place in the family, never rejected."""
-    tests = {comparison_name(c): compare(runs, c, seeds) for c in comparisons}
     unfinished = [comparison_name(c) for c in comparisons
                   if any((c[0], arm, seed) in stopped for arm in c[1:] for seed in seeds)]
-    for name in unfinished:
-        tests[name]["unfinished"] = True
-    complete = {name: test for name, test in tests.items() if test.get("complete") and name not in unfinished}
-    for name, corrected in corrected_family(complete, unfinished).items():
-        tests[name]["holm"] = corrected
-    return tests
+    return runs_family(runs, comparisons, seeds, unfinished)
 
 
 def summarize(runs: dict, seeds: list[int], skip: int, stopped: dict | None = None) -> dict:
@@ -444,26 +413,7 @@ def summarize(runs: dict, seeds: list[int], skip: int, stopped: dict | None = No
 
 
 def room_gate(runs: dict, regime: str, seeds: list[int]) -> dict:
-    gate = compare(runs, (regime, ROOM, BASELINE), seeds)
-    return {"comparison": f"{regime}: {ROOM} - {BASELINE}", "diff": gate.get("diff"), "ci95": gate.get("ci95"),
-            "required": ROOM_GATE,
-            "passes": gate.get("diff") is not None and gate["diff"] >= ROOM_GATE and gate["ci95"][0] > 0}
-
-
-def answer_sentences(summary: dict) -> list[str]:
-    sentences = []
-    for name, test in summary["primary"].items():
-        if test.get("diff") is None:
-            sentences.append(f"{name}: not yet run on enough seeds.")
-            continue
-        low, high = test["ci95"]
-        verdict = ("significant after Holm" if test.get("holm", {}).get("significant") else
-                   "not significant after Holm" if "holm" in test else "incomplete, not tested")
-        gate = test["room_gate"]
-        sentences.append(f"{name}: {test['diff'] * 100:+.2f} points [{low * 100:+.2f}, {high * 100:+.2f}], exact p = "
-                         f"{test['p']:.3f}, {test['seeds']} seeds, {verdict}; room "
-                         f"{(gate['diff'] or 0) * 100:+.2f} ({'passed' if gate['passes'] else 'not passed'}).")
-    return sentences
+    return study_room_gate(runs, regime, seeds, ROOM, BASELINE, ROOM_GATE)
 
 
 def demo_answer(summary: dict) -> dict:
@@ -507,7 +457,8 @@ def main(argv=None) -> dict:
     args = study_arguments(__doc__, RESULTS, argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     if not (args.stored_only or args.quick):
-        refuse_other_code()
+        refuse_other_code("fourth study", STUDY_CODE, "benchmarks/fourth_study.py (its path at that commit)",
+                          "regime/arm:seed")
     seeds = list(SEEDS)[:2] if args.quick else list(SEEDS)
     stored = {job: run["result"] for job, run in study_runs(job_order(seeds), study_run, args).items()}
     stopped = {job: run for job, run in stored.items() if "stopped" in run}
@@ -523,7 +474,7 @@ def main(argv=None) -> dict:
         "mde80": {regime: mde80(regime) for regime in REGIMES}, "holm_first_level": HOLM_FIRST_LEVEL,
         "room_gate": {"comparison": f"{ROOM} - {BASELINE}", "at_least": ROOM_GATE, "interval_above_zero": True},
         "study_code": STUDY_CODE}
-    summary["answer"] = answer_sentences(summary)
+    summary["answer"] = answer_sentences(summary["primary"])
     summary["command"] = ("OMP_NUM_THREADS=1 python benchmarks/fourth_study/fourth_study.py"
                           + (" --quick" if args.quick else ""))
     args.output_dir.mkdir(parents=True, exist_ok=True)

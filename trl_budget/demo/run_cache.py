@@ -106,3 +106,26 @@ def study_runs(jobs: list[tuple], study_run: Callable, options) -> dict:
     with ProcessPoolExecutor(options.processes) as pool:
         return dict(zip(jobs, pool.map(study_run, *zip(*jobs), [options.quick] * len(jobs),
                                        [run_cache] * len(jobs))))
+
+
+def stored_or_trained(run_cache: Path, name: str, key: dict[str, Any], train: bool,
+                      train_it: Callable[[], dict]) -> dict:
+    """A study's run: read back when stored (by the current code, or by an earlier one whose runs this code re-trains
+    bit for bit), else trained by `train_it` and stored; with `train` off, `NotStored` when there is none."""
+    stored = stored_run(run_cache, name, key)
+    if stored is not None:
+        return stored
+    if not train:
+        raise NotStored(name)
+    return cached_run(run_cache, name, key, train_it)[0]
+
+
+def refuse_other_code(study: str, study_code: str, script: str, retrain_example: str) -> None:
+    """Stop before any run when the package's code is not the code of `study`'s runs: a study's arms run one code."""
+    if code_digest() != study_code:
+        raise SystemExit(
+            f"The package's code (digest {code_digest()}) is not the code of the {study}'s runs (STUDY_CODE = "
+            f"{study_code}). Train the remaining runs from the study's commit (git worktree add <folder> <commit>; "
+            f"PYTHONPATH=<folder> python <folder>/{script}); or show that two stored runs of each arm re-train bit for "
+            f"bit (benchmarks/common/retrain_stored.py {retrain_example}) and set STUDY_CODE to this digest; or "
+            "summarise with --stored-only.")

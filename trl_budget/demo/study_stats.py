@@ -184,3 +184,57 @@ def rollouts_to_match(baseline_rollouts, baseline_curves, targets, budget: float
     as_figure = lambda value: None if not np.isfinite(value) else float(value)  # noqa: E731 (JSON has no inf)
     return {"ratio": as_figure(point), "ci95": [as_figure(low), as_figure(high)], "longest_ratio": longest,
             "share_beyond_longest": float(np.mean(~np.isfinite(draws)))}
+
+
+def comparison_name(comparison: tuple[str, str, str]) -> str:
+    """A study's comparison `(regime, arm, reference)` as its results name it."""
+    regime, arm, reference = comparison
+    return f"{regime}: {arm} - {reference}"
+
+
+def compare_runs(runs: dict, comparison: tuple[str, str, str], seeds: list[int], metric=study_metric) -> dict:
+    """`arm - reference` in `regime` over the seeds with both runs in (`runs` keyed by (regime, arm, seed))."""
+    regime, arm, reference = comparison
+    paired = [s for s in seeds if (regime, arm, s) in runs and (regime, reference, s) in runs]
+    return paired_comparison([metric(runs[regime, arm, s]) - metric(runs[regime, reference, s]) for s in paired],
+                             len(seeds))
+
+
+def runs_family(runs: dict, comparisons: list[tuple[str, str, str]], seeds: list[int],
+                unfinished: Iterable[str] = ()) -> dict:
+    """Each comparison paired over seeds; Holm and Bonferroni over those complete (every seed paired). `unfinished`
+    names comparisons whose arm could not finish some run: descriptive only, kept in the family, never rejected."""
+    tests = {comparison_name(c): compare_runs(runs, c, seeds) for c in comparisons}
+    for name in unfinished:
+        tests[name]["unfinished"] = True
+    complete = {name: test for name, test in tests.items() if test.get("complete") and name not in unfinished}
+    for name, corrected in corrected_family(complete, unfinished).items():
+        tests[name]["holm"] = corrected
+    return tests
+
+
+def room_gate(runs: dict, regime: str, seeds: list[int], room: str, baseline: str, required: float) -> dict:
+    """Whether `regime` had room for a rule to win: `room` (uniform with more rollouts) minus `baseline` at least
+    `required`, with its 95% interval above 0."""
+    gate = compare_runs(runs, (regime, room, baseline), seeds)
+    return {"comparison": f"{regime}: {room} - {baseline}", "diff": gate.get("diff"), "ci95": gate.get("ci95"),
+            "required": required,
+            "passes": gate.get("diff") is not None and gate["diff"] >= required and gate["ci95"][0] > 0}
+
+
+def answer_sentences(primary: dict) -> list[str]:
+    """One sentence per primary comparison (each with its `room_gate`): the difference in points, its interval, p,
+    seeds, whether it survives Holm, and the room."""
+    sentences = []
+    for name, test in primary.items():
+        if test.get("diff") is None:
+            sentences.append(f"{name}: not yet run on enough seeds.")
+            continue
+        low, high = test["ci95"]
+        verdict = ("significant after Holm" if test.get("holm", {}).get("significant") else
+                   "not significant after Holm" if "holm" in test else "incomplete, not tested")
+        gate = test["room_gate"]
+        sentences.append(f"{name}: {test['diff'] * 100:+.2f} points [{low * 100:+.2f}, {high * 100:+.2f}], exact p = "
+                         f"{test['p']:.3f}, {test['seeds']} seeds, {verdict}; room "
+                         f"{(gate['diff'] or 0) * 100:+.2f} ({'passed' if gate['passes'] else 'not passed'}).")
+    return sentences
