@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every benchmark whose figures the README cites, exactly as run (each study with its pilot in a folder of its own,
-# first_study/ to fourth_study/; the machinery's in allocation_time/, overhead/, engine_cost/, beyond_options/, demo/;
+# first_study/ to fifth_study/; the machinery's in allocation_time/, overhead/, engine_cost/, beyond_options/, demo/;
 # common/ holds what several share). Each writes to its folder's results/ and prints the README's table. About an hour
 # on 2 CPU cores; run it on an otherwise idle machine (the timings are ratios measured side by side, but a busy machine
 # still blurs them). Before the folders, every script was benchmarks/NAME.py and wrote to benchmarks/results/: the
@@ -77,6 +77,21 @@ python benchmarks/fourth_study/fourth_study_pilot.py --time-alone --candidates s
 python benchmarks/fourth_study/fourth_study.py --stored-only
 OMP_NUM_THREADS=1 python benchmarks/common/retrain_stored.py arithmetic/knapsack:311 \
     sorting/knapsack-history:319
+
+# The fifth study's pilots and study. Engine time of SPO's layout on the real engine; the third family's pilots on
+# uniform GRPO alone (equations: pilots 1 and 2; brackets, its warm start built by python -m
+# trl_budget.demo.build_warm_start --task brackets: pilot 3, which chose the regime); the arms pilot (the rule put
+# against SPO, the paired SDs); then the pre-registered study (3 regimes, 7 arms, seeds 500-519), trained from a
+# worktree of its registering commit (STUDY_CODE), resuming from its stored runs.
+.venv-vllm/bin/python benchmarks/fifth_study/engine_time.py
+OMP_NUM_THREADS=1 python benchmarks/fifth_study/pilot.py --describe-start
+OMP_NUM_THREADS=1 python benchmarks/fifth_study/pilot.py --processes 1
+OMP_NUM_THREADS=1 python benchmarks/fifth_study/pilot.py --pilot 2 --processes 2
+OMP_NUM_THREADS=1 python benchmarks/fifth_study/pilot.py --pilot 3 --describe-start
+OMP_NUM_THREADS=1 python benchmarks/fifth_study/pilot.py --pilot 3 --processes 2
+python benchmarks/fifth_study/pilot.py --pilot 3 --stored-only
+OMP_NUM_THREADS=1 python benchmarks/fifth_study/arms_pilot.py --processes 1
+OMP_NUM_THREADS=1 python benchmarks/fifth_study/fifth_study.py
 
 # The first allocation study (pool regime, 6 pre-registered variants x 5 paired seeds): two single-threaded processes,
 # one per core; then the exploratory variant added after their first results; then one summary over all the runs

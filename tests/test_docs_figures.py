@@ -502,5 +502,11 @@ def test_the_benchmarks_page_states_the_fifth_studys_pilots_as_recorded():
             f"{first['uniform_n16']:.3f} with 16") in text
     assert (f"({second['eq-3-4-5-5e-4']['uniform_n8']:.3f} and {second['eq-3-4-5-1e-3']['uniform_n8']:.3f} with 8 "
             "rollouts)") in text
+    third = read("fifth_study/results/pilot_3.json")
+    chosen = third["candidates"][third["regime"]["candidate"]]
+    low, high = chosen["room_ci95"]
+    assert (f"goes from {chosen['start_accuracy']:.3f} to {chosen['uniform_n8']:.3f} held-out accuracy, "
+            f"{chosen['waste_after_first_epoch']:.0%} of its prompts' rollouts") in text
+    assert f"gain {chosen['room'] * 100:+.2f} [{low * 100:+.2f}, {high * 100:+.2f}] points over 8" in text
     assert all(row["qualifies"] is not True for row in [*read("fifth_study/results/pilot.json")["candidates"].values(),
                                                         *second.values()])

