@@ -17,6 +17,8 @@ python benchmarks/beyond_options/beyond_options.py       # the options beyond bo
 python benchmarks/allocation_time/token_cap_speed.py     # allocation time under a token cap
 OMP_NUM_THREADS=1 python benchmarks/second_study/study_pilot.py --seeds 4   # the second study's regime, uniform alone
 python benchmarks/demo/demo_record.py                    # what `trl-budget demo` prints with its defaults, its seconds
+ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2 \
+    python benchmarks/demo/demo_record.py                # the same on AVX2 kernels (an AVX-512 CPU running them)
 
 # The second allocation study (pre-registered in the script: 10 variants x 20 paired seeds, two processes; stored runs
 # are read back, so it resumes where it stopped): compare_allocators.json/.png and trl_budget/demo/study_answer.json.

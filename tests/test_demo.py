@@ -10,7 +10,12 @@ import numpy as np
 import pytest
 
 from trl_budget.cli import main
-from trl_budget.demo.task import LEVELS, exact_match_reward, make_problems, split_problems
+from trl_budget.demo.task import (
+    LEVELS,
+    exact_match_reward,
+    make_problems,
+    split_problems,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
@@ -79,20 +84,35 @@ def test_demo_end_to_end(tmp_path, capsys):
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        assert main(arguments) == 0
+        assert main(arguments + ["--seeds", "2", "--processes", "1"]) == 0
     # transformers' renames of its checkpointing switches warned six times a run, burying the table
     assert not [w for w in caught if "gradient_checkpointing" in str(w.message)]
     printed = capsys.readouterr().out
-    assert "held-out accuracy" in printed and str(output / "demo_report.png") in printed
+    assert "held-out accuracy (last 3)" in printed and str(output / "demo_report.png") in printed
     assert "What you see:" in printed
     from trl_budget.cli import BASELINE_ANSWER, study_answer
 
     assert "the fourth study" in printed and study_answer(BASELINE_ANSWER) in printed
 
-    # The default pair: uniform GRPO with the history baseline against uniform GRPO.
+    # The default pair, uniform GRPO with the history baseline against uniform GRPO, on seeds 0 and 1, paired.
     results = json.loads((output / "demo_results.json").read_text())
-    assert set(results["summary"]) == {"uniform-history", "uniform"}
+    assert set(results["summary"]) == {"uniform-history", "uniform"} and results["seeds"] == [0, 1]
+    assert [(run["allocator"], run["seed"]) for run in results["runs"]] == [
+        ("uniform-history", 0), ("uniform", 0), ("uniform-history", 1), ("uniform", 1)]
+    assert results["machine"]["simd_flags"] and results["machine"]["code"]
+    assert all(run["machine"]["torch_threads"] == 1 for run in results["runs"])
+    from trl_budget.demo.study_stats import study_metric
+
+    paired = results["summary"]["uniform-history"]["paired"]
+    by_seed = {(run["allocator"], run["seed"]): run for run in results["runs"]}
+    expected = [study_metric(by_seed["uniform-history", seed]) - study_metric(by_seed["uniform", seed])
+                for seed in (0, 1)]
+    assert paired["held_out"]["differences"] == pytest.approx(expected)
+    assert paired["held_out"]["diff"] == pytest.approx(np.mean(expected)) and len(paired["held_out"]["ci95"]) == 2
+    assert "uniform-history minus uniform, paired over 2 seeds:" in printed
+    assert f"each seed: {expected[0] * 100:+.2f}, {expected[1] * 100:+.2f}" in printed
     for row in results["summary"].values():
+        assert row["seeds"] == 2
         assert row["rollouts_spent"] == 16 * 64  # 2 generation batches of 64 prompts x 8, 8 updates each
         assert 0 <= row["final_accuracy_mean"] <= 1 and 0 <= row["effective_ratio_mean"] <= 1
     for run in results["runs"]:
@@ -104,11 +124,18 @@ def test_demo_end_to_end(tmp_path, capsys):
             assert min(counts) >= 2 and max(counts) <= 128
     check_png(output / "demo_report.png")
 
+    # Two at a time, each in a process of its own on one thread: the same figures, seed by seed.
+    assert main(arguments + ["--seeds", "2", "--processes", "2", "--no-baseline"]) == 0
+    in_parallel = json.loads((output / "demo_results.json").read_text())["runs"]
+    assert [run["curve"] for run in in_parallel] == [run["curve"] for run in results["runs"][::2]]
+    assert [run["effective_ratio"] for run in in_parallel] == [run["effective_ratio"] for run in results["runs"][::2]]
+    assert "paired over" not in capsys.readouterr().out  # nothing to pair with
+
     cached = list((tmp_path / "cache").glob("warm-start-*/model.safetensors"))
     assert len(cached) == 1
     stamp = cached[0].stat().st_mtime_ns
     # reuses the cached warm start
-    assert main(arguments + ["--no-baseline", "--allocator", "coba", "--probe", "2"]) == 0
+    assert main(arguments + ["--no-baseline", "--allocator", "coba", "--probe", "2", "--seeds", "1"]) == 0
     assert cached[0].stat().st_mtime_ns == stamp
     coba = json.loads((output / "demo_results.json").read_text())
     assert set(coba["summary"]) == {"coba-probe2"}
@@ -116,7 +143,7 @@ def test_demo_end_to_end(tmp_path, capsys):
     assert "the allocation study" in capsys.readouterr().out
     # Reinforce-Ada trains 4 of each prompt, and generates what uniform does.
     assert main(["demo", "--steps", "16", "--warm-start-steps", "40", "--output-dir", str(output), "--cache-dir",
-                 str(tmp_path / "cache"), "--no-baseline", "--allocator", "reinforce_ada"]) == 0
+                 str(tmp_path / "cache"), "--no-baseline", "--allocator", "reinforce_ada", "--seeds", "1"]) == 0
     row = json.loads((output / "demo_results.json").read_text())["summary"]["reinforce_ada"]
     assert row["rollouts_spent"] <= 16 * 64
 
@@ -347,7 +374,12 @@ def test_the_demo_prints_the_answer_the_study_recorded():
 
 
 def test_the_demo_prints_the_answer_the_fourth_study_recorded_for_its_default_pair():
-    from trl_budget.cli import BASELINE_ANSWER, DEMO_ALLOCATOR, DEMO_BASELINE, study_answer
+    from trl_budget.cli import (
+        BASELINE_ANSWER,
+        DEMO_ALLOCATOR,
+        DEMO_BASELINE,
+        study_answer,
+    )
 
     study = json.loads((ROOT / "benchmarks" / "fourth_study" / "results" / "fourth_study.json").read_text())
     recorded = json.loads(BASELINE_ANSWER.read_text())
@@ -413,16 +445,32 @@ def test_the_fourth_study_page_states_every_figure_as_recorded():
                     assert stated({"diff": row["difference"], "ci95": row["ci95"]}) in page, (regime, arm)
 
 
+def recorded_interval(figure: dict, name: str) -> str:
+    """A paired figure of a demo record as the demo prints it: accuracy in points, the share of rollouts as a share."""
+    show = (lambda value: f"{value * 100:+.2f}") if name == "held_out" else (lambda value: f"{value:+.3f}")
+    low, high = figure["ci95"]
+    return f"{show(figure['diff'])} [{show(low)}, {show(high)}]"
+
+
 def test_the_readme_states_the_demos_recorded_figures():
-    # benchmarks/demo/results/demo.json: what `trl-budget demo` printed, and the digest of the code that printed it.
-    demo = json.loads((ROOT / "benchmarks" / "demo" / "results" / "demo.json").read_text())
-    history, uniform = demo["summary"]["uniform-history"], demo["summary"]["uniform"]
+    # benchmarks/demo/results/demo-*.json: what `trl-budget demo` printed on each instruction-set class of kernels, and
+    # the digest of the code that printed it. The README states every record's paired figures.
+    from trl_budget.cli import BASELINE_ANSWER, DEMO_SEEDS, study_answer
+
+    records = [json.loads(path.read_text()) for path in (ROOT / "benchmarks" / "demo" / "results").glob("demo-*.json")]
     readme = " ".join((ROOT / "README.md").read_text().split())
-    assert (f"({history['effective_ratio_mean']:.3f} against {uniform['effective_ratio_mean']:.3f}) and ends at "
-            f"{history['final_accuracy_mean']:.3f} against uniform's {uniform['final_accuracy_mean']:.3f}") in readme
-    assert f"({demo['seconds_on_2_cores']} seconds on 2 cores" in readme
-    assert f"greedy accuracy {history['start_accuracy']:.3f}" in readme and len(demo["code"]) == 16
-    assert demo["command"] == "trl-budget demo"
+    assert {record["machine"]["torch_cpu_capability"] for record in records} >= {"AVX512", "AVX2"}
+    for record in records:
+        assert record["command"] == "trl-budget demo" and len(record["code"]) == 16
+        assert len(record["seeds"]) == DEMO_SEEDS and record["processes"] == 2
+        history = record["paired"]["uniform-history"]
+        assert min(history["effective_ratio"]["differences"]) > 0  # "on every seed"
+        assert history["held_out"]["ci95"][0] < 0 < history["held_out"]["ci95"][1]  # "do not tell it apart"
+        for name in ("effective_ratio", "held_out"):
+            assert recorded_interval(history[name], name) in readme
+        assert f"greedy accuracy {record['summary']['uniform']['start_accuracy']:.3f}" in readme
+    assert "+0.58 points of greedy held-out accuracy (95% interval [+0.21, +0.94]" in study_answer(BASELINE_ANSWER)
+    assert "20 paired seeds, +0.58 points [+0.21, +0.94]" in readme
 
 
 def test_a_stored_run_is_keyed_by_its_settings(tmp_path):
@@ -455,7 +503,12 @@ def test_allocator_speed_benchmark_quick(tmp_path):
 def test_the_shipped_warm_start_scores_what_its_record_and_the_readme_say():
     # Every machine starts from this model: its greedy held-out accuracy is a property of the shipped weights.
     from trl_budget.demo.build_warm_start import greedy_held_out_accuracy
-    from trl_budget.demo.run import SHIPPED_RECORD, SHIPPED_WARM_START, shipped_warm_start, warm_start
+    from trl_budget.demo.run import (
+        SHIPPED_RECORD,
+        SHIPPED_WARM_START,
+        shipped_warm_start,
+        warm_start,
+    )
     from trl_budget.demo.settings import WarmStartSettings
 
     assert warm_start(WarmStartSettings()) == shipped_warm_start() == SHIPPED_WARM_START
@@ -469,7 +522,12 @@ def test_the_shipped_warm_start_scores_what_its_record_and_the_readme_say():
 
 def test_the_shipped_sorting_warm_start_scores_what_its_record_says():
     from trl_budget.demo.build_warm_start import greedy_held_out_accuracy
-    from trl_budget.demo.run import SHIPPED_RECORD, shipped_folder, shipped_warm_start, warm_start
+    from trl_budget.demo.run import (
+        SHIPPED_RECORD,
+        shipped_folder,
+        shipped_warm_start,
+        warm_start,
+    )
     from trl_budget.demo.settings import WarmStartSettings
     from trl_budget.demo.task import task_named
 
@@ -504,6 +562,10 @@ def test_the_demo_and_the_study_start_where_the_readme_and_the_study_say():
     [
         (["--seed", "-5"], "argument --seed: must be an integer from 0 to 4294967295, got -5"),
         (["--seed", "99999999999999999999"], "argument --seed: must be an integer from 0 to 4294967295"),
+        (["--seed", "4294967295", "--seeds", "2"], "argument --seeds: the seeds 4294967295 to 4294967296 go past "
+                                                    "4294967295, the largest seed; lower --seed or --seeds"),
+        (["--seeds", "0"], "argument --seeds: must be a positive integer, got 0"),
+        (["--processes", "0"], "argument --processes: must be a positive integer, got 0"),
         (["--probe", "-1"], r"argument --probe: must be an integer from 0 \(no probe\) to 2"),
         (["--probe", "100"], r"argument --probe: must be an integer from 0 \(no probe\) to 2 .*got 100"),
         (["--output-dir", "{file}"], "argument --output-dir: .*a-file is a file, not a folder"),
@@ -553,7 +615,13 @@ def test_the_length_models_completions_have_the_lengths_of_their_class():
     # The engine benchmark's model at real lengths: after the class letter, its filler, ended with probability
     # 1 / mean at every step; lengths geometric with the class's mean (checked on 512 sampled completions each).
     import torch
-    from length_model import CLASSES, FILLERS, build_length_model, class_means, class_of_pass_rate
+    from length_model import (
+        CLASSES,
+        FILLERS,
+        build_length_model,
+        class_means,
+        class_of_pass_rate,
+    )
     from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 
     means = class_means(5, 40)

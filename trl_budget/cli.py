@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import os
 import sys
 import tempfile
 from dataclasses import replace
@@ -13,12 +14,22 @@ from pathlib import Path
 
 # Only light imports here, so that `trl-budget --help` answers at once; the demo's runs load torch and TRL when run.
 from .allocators import allocator_names
-from .demo.settings import REINFORCE_ADA_AT_EQUAL_COST, REINFORCE_ADA_TRAINED, RLSettings, WarmStartSettings
-
+from .demo.settings import (
+    REINFORCE_ADA_AT_EQUAL_COST,
+    REINFORCE_ADA_TRAINED,
+    RLSettings,
+    WarmStartSettings,
+)
 
 # The demo's default is what the fourth study found pays in this regime: uniform GRPO with each prompt's history as
 # its advantage baseline, against uniform GRPO (benchmarks/fourth_study/fourth_study.py, its first primary comparison).
 DEMO_ALLOCATOR, DEMO_PROBE, DEMO_BASELINE = "uniform", 0, "history"
+# Paired seeds: four pairs of this regime's runs train in about three minutes on 2 cores, two at once (the fourth
+# study's stored runs took a median 42 s under uniform GRPO and 49 s with the history baseline, one thread each). A
+# run trains on one thread whatever the processes, so more cores finish sooner with the same figures.
+DEMO_SEEDS = 4
+# The cores this process may run on (a container or taskset can allow fewer than the machine has).
+DEMO_PROCESSES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 DEMO_BASELINES = ("group", "history")  # the two the fourth study compares; Reinforce-Ada's own is its default
 # Each written by its study from its stored runs: the allocation study's (an allocator against uniform GRPO) and the
 # fourth study's (the history baseline against GRPO's group baseline, uniform GRPO both).
@@ -27,7 +38,8 @@ BASELINE_ANSWER = Path(__file__).with_name("demo") / "baseline_answer.json"
 WHAT_YOU_SEE = (
     "What you see: greedy held-out accuracy against rollouts spent for {variant} and for uniform GRPO at the same "
     "budget (left), the share of rollouts that carry a gradient (middle), and how many rollouts each prompt got "
-    "(right). One seed moves a point either way; {study} of this regime answers with 20 paired seeds "
+    "(right), each the mean over the seeds. One seed's accuracy moves about a point either way, so a few paired seeds "
+    "tell apart only what their interval above keeps away from 0; {study} of this regime answers with 20 paired seeds "
     "(docs/choosing.md): {answer}"
 )
 
@@ -107,7 +119,14 @@ def build_parser() -> argparse.ArgumentParser:
                       help=f"rollouts of every prompt in a probe stage before allocating (default: {DEMO_PROBE}; 0: none)")
     demo.add_argument("--steps", type=_positive, default=RLSettings.study().steps,
                       help=f"optimizer updates per run, 8 per generation batch (default: {RLSettings.study().steps})")
-    demo.add_argument("--seed", type=_seed, default=0, help=f"training seed, 0 to {MAX_SEED} (default: 0)")
+    demo.add_argument("--seeds", type=_positive, default=DEMO_SEEDS,
+                      help=f"paired seeds: each trains the compared run and uniform GRPO (default: {DEMO_SEEDS})")
+    demo.add_argument("--seed", type=_seed, default=0,
+                      help=f"the first training seed, 0 to {MAX_SEED}: the seeds are SEED to SEED + SEEDS - 1 "
+                      "(default: 0)")
+    demo.add_argument("--processes", type=_positive, default=DEMO_PROCESSES,
+                      help="runs trained at once, each in a process of its own on one thread, so that a seed's figures "
+                      f"do not depend on it (default: {DEMO_PROCESSES}, this machine's cores)")
     demo.add_argument("--output-dir", type=Path, default=Path("trl_budget_demo"),
                       help="where the report, figures and run files go (default: ./trl_budget_demo)")
     demo.add_argument("--cache-dir", type=Path, default=None,
@@ -146,7 +165,13 @@ def add_report_parser(commands) -> None:
 def make_report(options: argparse.Namespace) -> int:
     """Build the report (a usage error names what is wrong with the folder or the prompts file), print it, write its
     files."""
-    from .run_report import MATPLOTLIB_MISSING, build_report, format_report, read_prompts_file, write_report
+    from .run_report import (
+        MATPLOTLIB_MISSING,
+        build_report,
+        format_report,
+        read_prompts_file,
+        write_report,
+    )
 
     error = options.subparser.error
     if not options.no_plot:
@@ -186,16 +211,14 @@ def demo_variant(allocator: str, probe: int, baseline: str | None,
     return label, replace(settings, num_generations=REINFORCE_ADA_TRAINED), {**options, **REINFORCE_ADA_AT_EQUAL_COST}
 
 
-# The demo's runs go through transformers' checkpointing switches, which its v5 renamed: the renames' FutureWarnings
-# (six lines a run) say nothing about the demo and bury its table. Any other warning still shows.
-CHECKPOINTING_RENAMES = r"`(is_)?gradient_checkpointing(_enable|_disable)?` is deprecated"
-
-
 def run_demo(options: argparse.Namespace) -> dict:
     import warnings
 
-    from .demo.report import format_table, plot_report, summarize
-    from .demo.run import run_rl, warm_start
+    from .demo.machine import machine_record
+    from .demo.paired import CHECKPOINTING_RENAMES, RUN_THREADS, paired_runs, train_runs
+    from .demo.report import format_paired, format_table, plot_report, summarize
+    from .demo.run import warm_start
+    from .demo.study_stats import study_metric
 
     warnings.filterwarnings("ignore", message=CHECKPOINTING_RENAMES, category=FutureWarning)
 
@@ -207,23 +230,35 @@ def run_demo(options: argparse.Namespace) -> dict:
     settings = RLSettings.study(options.steps)
     baseline = demo_baseline(options)
     label, variant_settings, overrides = demo_variant(options.allocator, options.probe, baseline, settings)
-    variants = [(label, options.allocator, variant_settings, overrides)]
+    arms = [(label, options.allocator, variant_settings, overrides)]
     if not options.no_baseline:
-        variants.append(("uniform", "uniform", settings, {}))
-    runs = []
-    for name, allocator, run_settings, overrides in variants:
-        print(f"RL with {name} ({options.steps} updates, {options.steps * settings.rollouts_per_step} rollouts "
-              "generated)")
-        runs.append(run_rl(model_path, allocator, options.seed, run_settings, output_dir / f"run-{name}", label=name,
-                           **overrides))
+        arms.append(("uniform", "uniform", settings, {}))
+    seeds = list(range(options.seed, options.seed + options.seeds))
+    jobs = paired_runs(arms, seeds)
+    processes = min(options.processes, len(jobs))
+    print(f"RL with {' and '.join(arm[0] for arm in arms)} on {len(seeds)} seed{'s' if len(seeds) > 1 else ''} "
+          f"({seeds[0]}{f'-{seeds[-1]}' if len(seeds) > 1 else ''}): {len(jobs)} runs of {options.steps} updates and "
+          f"{options.steps * settings.rollouts_per_step} rollouts generated, {processes} at a time on "
+          f"{RUN_THREADS} thread each")
+
+    def done(run: dict) -> None:
+        print(f"  {run['allocator']}, seed {run['seed']}: held-out accuracy {study_metric(run):.3f} (mean of the last "
+              f"three evaluations), {run['seconds']:.0f} s", flush=True)
+
+    runs = train_runs(model_path, jobs, output_dir, processes, done)
     summary = summarize(runs)
     results_path = output_dir / "demo_results.json"
-    results_path.write_text(json.dumps({"summary": summary, "runs": runs}, indent=2))
+    results_path.write_text(json.dumps({"summary": summary, "seeds": seeds, "processes": processes,
+                                        "machine": machine_record(), "runs": runs}, indent=2))
     report_path = plot_report(runs, output_dir / "demo_report.png",
-                              title=f"trl-budget demo: {label} against uniform GRPO at the same rollout budget",
+                              title=f"trl-budget demo: {label} against uniform GRPO at the same rollout budget, "
+                              f"{len(seeds)} seed{'s' if len(seeds) > 1 else ''}",
                               eval_samples=settings.eval_samples, temperature=settings.temperature)
     print()
-    print(format_table(summary))
+    print(format_table(summary, held_out="metric"))
+    if "paired" in summary[label]:
+        print()
+        print(format_paired(label, summary[label]))
     print()
     print(what_you_see(label, options.allocator, baseline))
     print()
@@ -240,6 +275,9 @@ def refuse_demo_options(options: argparse.Namespace) -> None:
     if options.allocator == "uniform" and options.probe:
         error("argument --probe: the uniform allocator gives every prompt the same rollouts, so a probe stage changes "
               "nothing; leave --probe at 0 or choose another --allocator")
+    if options.seed + options.seeds - 1 > MAX_SEED:
+        error(f"argument --seeds: the seeds {options.seed} to {options.seed + options.seeds - 1} go past {MAX_SEED}, "
+              "the largest seed; lower --seed or --seeds")
     if options.allocator == "uniform" and demo_baseline(options) == "group" and not options.no_baseline:
         error("argument --advantage-baseline: uniform with the group baseline is the uniform GRPO run the demo "
               "compares with; choose --advantage-baseline history, or another --allocator")

@@ -1,48 +1,66 @@
-"""What `trl-budget demo` prints with its defaults, recorded for the README: each run's figures, the seconds the demo
-took (both runs, the shipped warm start) and the digest of the code that printed them.
+"""What `trl-budget demo` prints with its defaults, recorded for the README, one record per instruction-set class.
 
-    python benchmarks/demo/demo_record.py        # on an otherwise idle machine: the seconds are the README's
+    python benchmarks/demo/demo_record.py            # results/demo-<kernels>-<cpu>.json
+    ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2 \
+        python benchmarks/demo/demo_record.py        # the same on AVX2 kernels, on a CPU that has more
 
-Writes results/demo.json; tests/test_demo.py checks the README states these figures.
-Until the move to benchmarks/demo/ this script was benchmarks/demo_record.py.
+A run's floats are bit for bit the same only within one instruction-set class: torch's CPU kernels (and MKL's and
+oneDNN's) are chosen by the CPU's SIMD flags, so another class gives other sums and another trajectory from the same
+seed. The three variables above make torch, MKL and oneDNN run their AVX2 kernels on an AVX-512 CPU; the record
+names the kernels torch ran and the variables that were set. Each record holds the demo's printed figures (per arm,
+and each seed's paired differences with their interval), its seconds with the load average before it started (the
+README quotes seconds only from a record made with nothing beside it) and the digest of the code that printed them.
+
+results/demo.json is the record of the demo as it was before paired seeds: seed 0 alone, one process on two threads,
+on an AMD EPYC family 25 model 1 (AVX2 kernels). results/avx2_kernels.json shows that the three variables make this
+AVX-512 machine compute as that AVX2 one: that demo, and a stored fourth-study run trained there, re-trained here bit for
+bit under them.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
 import tempfile
 import time
 from pathlib import Path
 
-import torch
-
 from trl_budget.cli import main as trl_budget
-from trl_budget.demo.machine import cpu_record, machine_record
 from trl_budget.demo.run_cache import code_digest
 
 RESULTS = Path(__file__).resolve().parent / "results"
-SHOWN = ("start_accuracy", "final_accuracy_mean", "effective_ratio_mean", "rollouts_spent")
+SHOWN = ("start_accuracy", "metric_mean", "metric_std", "final_accuracy_mean", "effective_ratio_mean",
+         "rollouts_spent")
+KERNEL_VARIABLES = ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA")
 
 
-def cpu_line() -> str:
-    """The CPU's model line (a warm start, and every figure after it, differ from one CPU model to another)."""
-    cpu = cpu_record()
-    return f"{cpu['cpu']} (family {cpu['cpu_family']}, model {cpu['cpu_model']})"
-
-
-def record() -> dict:
+def record(arguments: list[str]) -> dict:
+    load = os.getloadavg()
     with tempfile.TemporaryDirectory() as folder:
         start = time.perf_counter()
-        trl_budget(["demo", "--output-dir", folder])
+        trl_budget(["demo", *arguments, "--output-dir", folder])
         seconds = time.perf_counter() - start
         results = json.loads((Path(folder) / "demo_results.json").read_text())
-    run_seconds = {run["allocator"]: round(run["seconds"]) for run in results["runs"]}
-    return {"command": "trl-budget demo", "seconds_on_2_cores": round(seconds), "code": code_digest(),
-            "cpu": cpu_line(), "machine": machine_record(), "torch_threads": torch.get_num_threads(), "run_seconds": run_seconds,
-            "summary": {label: {name: row[name] for name in SHOWN} for label, row in results["summary"].items()}}
+    machine = results.get("machine") or results["runs"][0]["machine"]
+    return {"command": " ".join(["trl-budget demo", *arguments]), "seconds": round(seconds), "load_before": load,
+            "code": code_digest(), "machine": machine,
+            "kernel_variables": {name: os.environ[name] for name in KERNEL_VARIABLES if name in os.environ},
+            "seeds": results.get("seeds"), "processes": results.get("processes"),
+            "run_seconds": [[run["allocator"], run["seed"], round(run["seconds"])] for run in results["runs"]],
+            "summary": {label: {name: row.get(name) for name in SHOWN} for label, row in results["summary"].items()},
+            "paired": {label: row["paired"] for label, row in results["summary"].items() if "paired" in row}}
+
+
+def record_name(machine: dict) -> str:
+    """demo-<kernels torch ran>-<CPU family>-<model>.json"""
+    return f"demo-{machine['torch_cpu_capability'].lower()}-{machine['cpu_family']}-{machine['cpu_model']}.json"
 
 
 if __name__ == "__main__":
-    recorded = record()
-    (RESULTS / "demo.json").write_text(json.dumps(recorded, indent=1) + "\n")
-    print(json.dumps(recorded, indent=2))
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
+    recorded = record([])
+    path = RESULTS / record_name(recorded["machine"])
+    path.write_text(json.dumps(recorded, indent=1) + "\n")
+    print(path)
+    print(json.dumps(recorded, indent=1))

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .study_stats import first_reach, paired_interval
+from .study_stats import first_reach, paired_interval, study_metric
 
 
 def spent(point: dict) -> float:
@@ -17,6 +17,20 @@ def spent(point: dict) -> float:
 def mean_curve(runs: list[dict], metric: str) -> np.ndarray:
     """One metric of the runs' curves (`"accuracy"` or `"train_accuracy"`), averaged over the runs point by point."""
     return np.mean([[point[metric] for point in run["curve"]] for run in runs], axis=0)
+
+
+# The figures the demo pairs seed by seed against uniform GRPO: name -> (what it is, a run's figure).
+PAIRED_FIGURES = {
+    "held_out": ("held-out accuracy, mean of the last three evaluations (the studies' metric)", study_metric),
+    "effective_ratio": ("share of rollouts with a gradient, mean over batches",
+                        lambda run: float(np.mean(run["effective_ratio"]))),
+}
+
+
+def paired_figure(differences: list[float]) -> dict:
+    """Paired differences (a variant minus uniform, seed by seed): their mean and, from 2 seeds, its 95% t interval."""
+    mean, ci = paired_interval(differences) if len(differences) > 1 else (float(np.mean(differences)), None)
+    return {"seeds": len(differences), "diff": mean, "ci95": ci, "differences": [float(d) for d in differences]}
 
 
 def summarize(runs: list[dict]) -> dict[str, dict]:
@@ -38,6 +52,8 @@ def summarize(runs: list[dict]) -> dict[str, dict]:
             "start_accuracy": float(np.mean([run["curve"][0]["accuracy"] for run in group])),
             "final_accuracy_mean": float(np.mean(final)),
             "final_accuracy_std": float(np.std(final)),
+            "metric_mean": float(np.mean([study_metric(run) for run in group])),
+            "metric_std": float(np.std([study_metric(run) for run in group])),
             "start_train_accuracy": float(np.mean([run["curve"][0]["train_accuracy"] for run in group])),
             "final_train_accuracy_mean": float(np.mean(final_train)),
             "final_train_accuracy_std": float(np.std(final_train)),
@@ -66,6 +82,8 @@ def _against_uniform(group: list[dict], uniform: list[dict]) -> dict:
         mean, ci = paired_interval(differences) if len(differences) > 1 else (float(np.mean(differences)), None)
         suffix = "" if metric == "accuracy" else "_train"
         row[f"final{suffix}_accuracy_diff"], row[f"final{suffix}_accuracy_ci95"] = mean, ci
+    row["paired"] = {name: paired_figure([figure(mine) - figure(theirs) for mine, theirs in paired])
+                     for name, (_, figure) in PAIRED_FIGURES.items()}
     effective = [(np.mean(r["effective_ratio"]), np.mean(u["effective_ratio"])) for r, u in paired]
     row["effective_ratio_vs_uniform"] = float(np.mean([mine for mine, _ in effective]) /
                                               np.mean([theirs for _, theirs in effective]))
@@ -78,19 +96,46 @@ def _against_uniform(group: list[dict], uniform: list[dict]) -> dict:
     return row
 
 
-def format_table(summary: dict[str, dict]) -> str:
-    """A plain-text table of `summarize`'s figures."""
-    header = ("allocator", "held-out accuracy", "training-set accuracy", "effective ratio", "rollouts")
+def _spread(row: dict, name: str) -> str:
+    """A figure of `summarize`'s row: its mean ± std over the seeds, or the single value of one seed."""
+    text = f"{row[name + '_mean']:.3f}"
+    return text + f"±{row[name + '_std']:.3f}" if row["seeds"] > 1 else text
+
+
+def format_table(summary: dict[str, dict], held_out: str = "final_accuracy") -> str:
+    """A plain-text table of `summarize`'s figures; `held_out` is the held-out figure shown after the start: the last
+    evaluation (`"final_accuracy"`) or the mean of the last three (`"metric"`, the studies' metric)."""
+    header = ("allocator", "held-out accuracy" + (" (last 3)" if held_out == "metric" else ""),
+              "training-set accuracy", "effective ratio", "rollouts")
     lines = ["{:<20} {:>26} {:>26} {:>16} {:>9}".format(*header)]
     for allocator, row in summary.items():
-        def spread(name: str) -> str:  # mean ± std over seeds, or the single value
-            text = f"{row[name + '_mean']:.3f}"
-            return text + f"±{row[name + '_std']:.3f}" if row["seeds"] > 1 else text
+        accuracy = f"{row['start_accuracy']:.3f} -> {_spread(row, held_out)}"
+        train = f"{row['start_train_accuracy']:.3f} -> {_spread(row, 'final_train_accuracy')}"
+        effective = _spread(row, "effective_ratio")
+        lines.append(f"{allocator:<20} {accuracy:>26} {train:>26} {effective:>16} {row['rollouts_spent']:>9}")
+    return "\n".join(lines)
 
-        held_out = f"{row['start_accuracy']:.3f} -> {spread('final_accuracy')}"
-        train = f"{row['start_train_accuracy']:.3f} -> {spread('final_train_accuracy')}"
-        effective = spread("effective_ratio")
-        lines.append(f"{allocator:<20} {held_out:>26} {train:>26} {effective:>16} {row['rollouts_spent']:>9}")
+
+def format_paired(label: str, row: dict) -> str:
+    """`summarize`'s paired figures of one variant against uniform GRPO: each mean difference with its 95% interval,
+    and what it tells (an interval that holds 0 does not tell the variant from uniform on these seeds)."""
+    paired = row["paired"]
+    seeds = paired["held_out"]["seeds"]
+    lines = [f"{label} minus uniform, paired over {seeds} seed{'s' if seeds > 1 else ''}:"]
+    for name, (what, _) in PAIRED_FIGURES.items():
+        figure = paired[name]
+        # accuracy in points (hundredths), as the studies state it; the share of rollouts as a share
+        show = (lambda value: f"{value * 100:+.2f}") if name == "held_out" else (lambda value: f"{value:+.3f}")
+        by_seed = ", ".join(show(difference) for difference in figure["differences"])
+        if figure["ci95"] is None:
+            told = "one seed, no interval"
+        else:
+            low, high = figure["ci95"]
+            told = (f"95% interval [{show(low)}, {show(high)}]: "
+                    + ("higher on these seeds" if low > 0 else "lower on these seeds" if high < 0 else
+                       "not told apart from uniform by these seeds"))
+        unit = " points" if name == "held_out" else ""
+        lines.append(f"  {what}: {show(figure['diff'])}{unit}, {told} (each seed: {by_seed})")
     return "\n".join(lines)
 
 

@@ -20,10 +20,11 @@ from ..checkpoint import write_json_atomically
 PACKAGE = Path(__file__).resolve().parents[1]
 
 
-# Modules a run never executes: what prints and draws results, the statistics over runs, the command line, the
-# warm start's builder (a run loads the shipped warm start, whose weights' digest is checked), and this module.
+# Modules a study's run never executes: what prints and draws results, the statistics over runs, the command line and
+# the demo's runner of paired seeds, the warm start's builder (a run loads the shipped warm start, whose weights'
+# digest is checked), and this module.
 NOT_RUN = ("cli.py", "__main__.py", "demo/report.py", "demo/study_stats.py", "demo/build_warm_start.py",
-           "demo/run_cache.py")
+           "demo/paired.py", "demo/run_cache.py")
 
 
 def code_digest() -> str:
