@@ -1,4 +1,8 @@
-"""What the tests share: tiny data, rewards, a config and one way to build the trainer."""
+"""What the tests share: tiny data, rewards, a config, one way to build the trainer and one way to leave a
+multi-process run."""
+
+import os
+import sys
 
 import numpy as np
 import torch
@@ -112,3 +116,16 @@ def assert_resumes_exactly(output_dir, tokenizer, **options):
     resumed = make_trainer(output_dir / "part", tokenizer, **options)
     resumed.train(resume_from_checkpoint=str(output_dir / "part" / "checkpoint-3"))
     assert resumed.tracker.state_dict() == full.tracker.state_dict()
+
+
+def leave_without_teardown(accelerator) -> None:
+    """End a process of a multi-process run once every process has finished, without tearing down torch's gloo group.
+
+    Its worker thread frees a finished collective's tensors a moment after the collective returns, and needs the GIL to
+    do so: at interpreter shutdown that aborts the process (SIGABRT), and in `destroy_process_group()` it deadlocks
+    against the main thread, which joins the worker while holding the GIL. Every collective of the run is complete once
+    all processes pass the barrier."""
+    accelerator.wait_for_everyone()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from helpers import ALPHABET, make_dataset, make_trainer, parity_reward  # the script's own folder is on the path
+from helpers import ALPHABET, leave_without_teardown, make_dataset, make_trainer, parity_reward  # the script's own folder is on the path
 
 from trl_budget import BudgetGRPOConfig, BudgetGRPOTrainer, KnapsackAllocator
 from trl_budget.demo.tiny import build_char_tokenizer
@@ -152,9 +152,7 @@ def trl_parity(output_dir: str, mode: str) -> None:
               "weights": digest}
     rank = trainer.accelerator.process_index
     Path(output_dir, f"rank{rank}.json").write_text(json.dumps(report))
-    trainer.accelerator.wait_for_everyone()
-    sys.stdout.flush()
-    os._exit(0)
+    leave_without_teardown(trainer.accelerator)
 
 
 def main(output_dir: str, mode: str):
@@ -240,14 +238,7 @@ def main(output_dir: str, mode: str):
             "format_scored": formatted.scored if allocator == "reinforce_ada" else [],
         }
         Path(output_dir, f"rank{rank}.json").write_text(json.dumps(report))
-    # Leave without tearing down torch's gloo group. Its worker thread frees a finished collective's tensors a moment
-    # after the collective returns, and needs the GIL to do so: at interpreter shutdown that aborts the process
-    # (SIGABRT), and in `destroy_process_group()` it deadlocks against the main thread, which joins the worker while
-    # holding the GIL. Every collective of the run is complete once both processes pass the barrier.
-    trainer.accelerator.wait_for_everyone()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    leave_without_teardown(trainer.accelerator)
 
 
 if __name__ == "__main__":

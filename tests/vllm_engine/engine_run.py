@@ -23,7 +23,7 @@ sys.path[:0] = [str(Path(__file__).parents[1])]  # the tests folder: helpers and
 import torch  # noqa: E402
 import trl.generation.vllm_client as vllm_client  # noqa: E402
 import trl.generation.vllm_generation as vllm_generation  # noqa: E402
-from helpers import config_kwargs  # noqa: E402
+from helpers import config_kwargs, leave_without_teardown  # noqa: E402
 from vllm_engine.copy_task import belongs_to_its_prompt, copy_dataset, misplaced_rows  # noqa: E402
 
 from trl_budget import BudgetGRPOConfig, BudgetGRPOTrainer  # noqa: E402
@@ -204,8 +204,11 @@ def main_per_prompt(model_dir: str, output_dir: str, server: str | None = None) 
         "rewarded_rows": len(rewarded), "misplaced": PerPromptRecorder.misplaced[:10],
         "outcomes": [rounds.outcomes_in_plan_order().tolist() for rounds in batches], "requests": requests_sent,
     }
-    name = "report.json" if processes == 1 else f"report-{trainer.accelerator.process_index}.json"
-    Path(output_dir, name).write_text(json.dumps(report))
+    if processes == 1:
+        Path(output_dir, "report.json").write_text(json.dumps(report))
+        return
+    Path(output_dir, f"report-{trainer.accelerator.process_index}.json").write_text(json.dumps(report))
+    leave_without_teardown(trainer.accelerator)
 
 
 def main_spo(model_dir: str, output_dir: str) -> None:
