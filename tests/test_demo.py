@@ -10,12 +10,7 @@ import numpy as np
 import pytest
 
 from trl_budget.cli import main
-from trl_budget.demo.task import (
-    LEVELS,
-    exact_match_reward,
-    make_problems,
-    split_problems,
-)
+from trl_budget.demo.task import LEVELS, exact_match_reward, make_problems, split_problems
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
@@ -374,12 +369,7 @@ def test_the_demo_prints_the_answer_the_study_recorded():
 
 
 def test_the_demo_prints_the_answer_the_fourth_study_recorded_for_its_default_pair():
-    from trl_budget.cli import (
-        BASELINE_ANSWER,
-        DEMO_ALLOCATOR,
-        DEMO_BASELINE,
-        study_answer,
-    )
+    from trl_budget.cli import BASELINE_ANSWER, DEMO_ALLOCATOR, DEMO_BASELINE, study_answer
 
     study = json.loads((ROOT / "benchmarks" / "fourth_study" / "results" / "fourth_study.json").read_text())
     recorded = json.loads(BASELINE_ANSWER.read_text())
@@ -503,12 +493,7 @@ def test_allocator_speed_benchmark_quick(tmp_path):
 def test_the_shipped_warm_start_scores_what_its_record_and_the_readme_say():
     # Every machine starts from this model: its greedy held-out accuracy is a property of the shipped weights.
     from trl_budget.demo.build_warm_start import greedy_held_out_accuracy
-    from trl_budget.demo.run import (
-        SHIPPED_RECORD,
-        SHIPPED_WARM_START,
-        shipped_warm_start,
-        warm_start,
-    )
+    from trl_budget.demo.run import SHIPPED_RECORD, SHIPPED_WARM_START, shipped_warm_start, warm_start
     from trl_budget.demo.settings import WarmStartSettings
 
     assert warm_start(WarmStartSettings()) == shipped_warm_start() == SHIPPED_WARM_START
@@ -522,12 +507,7 @@ def test_the_shipped_warm_start_scores_what_its_record_and_the_readme_say():
 
 def test_the_shipped_sorting_warm_start_scores_what_its_record_says():
     from trl_budget.demo.build_warm_start import greedy_held_out_accuracy
-    from trl_budget.demo.run import (
-        SHIPPED_RECORD,
-        shipped_folder,
-        shipped_warm_start,
-        warm_start,
-    )
+    from trl_budget.demo.run import SHIPPED_RECORD, shipped_folder, shipped_warm_start, warm_start
     from trl_budget.demo.settings import WarmStartSettings
     from trl_budget.demo.task import task_named
 
@@ -615,13 +595,7 @@ def test_the_length_models_completions_have_the_lengths_of_their_class():
     # The engine benchmark's model at real lengths: after the class letter, its filler, ended with probability
     # 1 / mean at every step; lengths geometric with the class's mean (checked on 512 sampled completions each).
     import torch
-    from length_model import (
-        CLASSES,
-        FILLERS,
-        build_length_model,
-        class_means,
-        class_of_pass_rate,
-    )
+    from length_model import CLASSES, FILLERS, build_length_model, class_means, class_of_pass_rate
     from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 
     means = class_means(5, 40)

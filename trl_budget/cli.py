@@ -14,12 +14,7 @@ from pathlib import Path
 
 # Only light imports here, so that `trl-budget --help` answers at once; the demo's runs load torch and TRL when run.
 from .allocators import allocator_names
-from .demo.settings import (
-    REINFORCE_ADA_AT_EQUAL_COST,
-    REINFORCE_ADA_TRAINED,
-    RLSettings,
-    WarmStartSettings,
-)
+from .demo.settings import REINFORCE_ADA_AT_EQUAL_COST, REINFORCE_ADA_TRAINED, RLSettings, WarmStartSettings
 
 # The demo's default is what the fourth study found pays in this regime: uniform GRPO with each prompt's history as
 # its advantage baseline, against uniform GRPO (benchmarks/fourth_study/fourth_study.py, its first primary comparison).
@@ -165,13 +160,7 @@ def add_report_parser(commands) -> None:
 def make_report(options: argparse.Namespace) -> int:
     """Build the report (a usage error names what is wrong with the folder or the prompts file), print it, write its
     files."""
-    from .run_report import (
-        MATPLOTLIB_MISSING,
-        build_report,
-        format_report,
-        read_prompts_file,
-        write_report,
-    )
+    from .run_report import MATPLOTLIB_MISSING, build_report, format_report, read_prompts_file, write_report
 
     error = options.subparser.error
     if not options.no_plot:
