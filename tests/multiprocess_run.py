@@ -29,7 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
-from helpers import ALPHABET, leave_without_teardown, make_dataset, make_trainer, parity_reward  # the script's own folder is on the path
+# the script's own folder is on the path
+from helpers import ALPHABET, leave_without_teardown, make_dataset, make_trainer, parity_reward
 
 from trl_budget import BudgetGRPOConfig, BudgetGRPOTrainer, KnapsackAllocator
 from trl_budget.demo.tiny import build_char_tokenizer

@@ -436,10 +436,11 @@ def test_the_fourth_study_page_states_every_figure_as_recorded():
 
 
 def recorded_interval(figure: dict, name: str) -> str:
-    """A paired figure of a demo record as the demo prints it: accuracy in points, the share of rollouts as a share."""
-    show = (lambda value: f"{value * 100:+.2f}") if name == "held_out" else (lambda value: f"{value:+.3f}")
-    low, high = figure["ci95"]
-    return f"{show(figure['diff'])} [{show(low)}, {show(high)}]"
+    """A paired figure of a demo record as the demo prints it: its difference and 95% interval."""
+    from trl_budget.demo.report import format_difference
+
+    diff, low, high = (format_difference(name, value) for value in (figure["diff"], *figure["ci95"]))
+    return f"{diff} [{low}, {high}]"
 
 
 def test_the_readme_states_the_demos_recorded_figures():

@@ -13,8 +13,8 @@ README quotes seconds only from a record made with nothing beside it) and the di
 
 results/demo.json is the record of the demo as it was before paired seeds: seed 0 alone, one process on two threads,
 on an AMD EPYC family 25 model 1 (AVX2 kernels). results/avx2_kernels.json shows that the three variables make this
-AVX-512 machine compute as that AVX2 one: that demo, and a stored fourth-study run trained there, re-trained here bit for
-bit under them.
+AVX-512 machine compute as that AVX2 one: that demo, and a stored fourth-study run trained there, re-trained here bit
+for bit under them.
 """
 
 from __future__ import annotations
@@ -42,13 +42,13 @@ def record(arguments: list[str]) -> dict:
         trl_budget(["demo", *arguments, "--output-dir", folder])
         seconds = time.perf_counter() - start
         results = json.loads((Path(folder) / "demo_results.json").read_text())
-    machine = results.get("machine") or results["runs"][0]["machine"]
+    machine = results["machine"]
     return {"command": " ".join(["trl-budget demo", *arguments]), "seconds": round(seconds), "load_before": load,
             "code": code_digest(), "machine": machine,
             "kernel_variables": {name: os.environ[name] for name in KERNEL_VARIABLES if name in os.environ},
-            "seeds": results.get("seeds"), "processes": results.get("processes"),
+            "seeds": results["seeds"], "processes": results["processes"],
             "run_seconds": [[run["allocator"], run["seed"], round(run["seconds"])] for run in results["runs"]],
-            "summary": {label: {name: row.get(name) for name in SHOWN} for label, row in results["summary"].items()},
+            "summary": {label: {name: row[name] for name in SHOWN} for label, row in results["summary"].items()},
             "paired": {label: row["paired"] for label, row in results["summary"].items() if "paired" in row}}
 
 

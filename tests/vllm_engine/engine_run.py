@@ -204,11 +204,10 @@ def main_per_prompt(model_dir: str, output_dir: str, server: str | None = None) 
         "rewarded_rows": len(rewarded), "misplaced": PerPromptRecorder.misplaced[:10],
         "outcomes": [rounds.outcomes_in_plan_order().tolist() for rounds in batches], "requests": requests_sent,
     }
-    if processes == 1:
-        Path(output_dir, "report.json").write_text(json.dumps(report))
-        return
-    Path(output_dir, f"report-{trainer.accelerator.process_index}.json").write_text(json.dumps(report))
-    leave_without_teardown(trainer.accelerator)
+    name = "report.json" if processes == 1 else f"report-{trainer.accelerator.process_index}.json"
+    Path(output_dir, name).write_text(json.dumps(report))
+    if processes > 1:
+        leave_without_teardown(trainer.accelerator)
 
 
 def main_spo(model_dir: str, output_dir: str) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import numpy as np
@@ -79,9 +80,9 @@ def _against_uniform(group: list[dict], uniform: list[dict]) -> dict:
     row = {}
     for metric in ("accuracy", "train_accuracy"):
         differences = [r["curve"][-1][metric] - u["curve"][-1][metric] for r, u in paired]
-        mean, ci = paired_interval(differences) if len(differences) > 1 else (float(np.mean(differences)), None)
+        figure = paired_figure(differences)
         suffix = "" if metric == "accuracy" else "_train"
-        row[f"final{suffix}_accuracy_diff"], row[f"final{suffix}_accuracy_ci95"] = mean, ci
+        row[f"final{suffix}_accuracy_diff"], row[f"final{suffix}_accuracy_ci95"] = figure["diff"], figure["ci95"]
     row["paired"] = {name: paired_figure([figure(mine) - figure(theirs) for mine, theirs in paired])
                      for name, (_, figure) in PAIRED_FIGURES.items()}
     effective = [(np.mean(r["effective_ratio"]), np.mean(u["effective_ratio"])) for r, u in paired]
@@ -116,6 +117,12 @@ def format_table(summary: dict[str, dict], held_out: str = "final_accuracy") -> 
     return "\n".join(lines)
 
 
+def format_difference(name: str, value: float) -> str:
+    """A paired difference of figure `name` as the demo prints it: accuracy in points (hundredths), as the studies
+    state it; the share of rollouts as a share."""
+    return f"{value * 100:+.2f}" if name == "held_out" else f"{value:+.3f}"
+
+
 def format_paired(label: str, row: dict) -> str:
     """`summarize`'s paired figures of one variant against uniform GRPO: each mean difference with its 95% interval,
     and what it tells (an interval that holds 0 does not tell the variant from uniform on these seeds)."""
@@ -124,8 +131,7 @@ def format_paired(label: str, row: dict) -> str:
     lines = [f"{label} minus uniform, paired over {seeds} seed{'s' if seeds > 1 else ''}:"]
     for name, (what, _) in PAIRED_FIGURES.items():
         figure = paired[name]
-        # accuracy in points (hundredths), as the studies state it; the share of rollouts as a share
-        show = (lambda value: f"{value * 100:+.2f}") if name == "held_out" else (lambda value: f"{value:+.3f}")
+        show = functools.partial(format_difference, name)
         by_seed = ", ".join(show(difference) for difference in figure["differences"])
         if figure["ci95"] is None:
             told = "one seed, no interval"
