@@ -269,12 +269,16 @@ def test_server_mode_dynamic_sampling_sends_a_request_per_generation_batch_and_t
     assert requests_sent == [(16, 1)] * len(rows.batches)  # one request per generation batch of 4 prompts x 4
     batches = iter(rows.batches)
     for plan, output in plans:
-        scored = [row for _ in plan.round_counts for row in next(batches)]
-        assert Counter(prompt for prompt, _ in scored) == {row["prompt"]: 4 for row in plan.prompts}
-        assert all(belongs_to_its_prompt(prompt, completion) for prompt, completion in scored)
-        rewards = {row["prompt"]: {len(c) % 2 == int(row["answer"]) % 2 for p, c in scored if p == row["prompt"]}
-                   for row in plan.prompts}
-        varied = [len(rewards[row["prompt"]]) > 1 for row in plan.prompts]
+        # Generation batch by generation batch: one that spans the end of a pass over the 10 prompts can draw a prompt
+        # the batch before drew too, a group of its own (one from each pass).
+        varied = []
+        for index, _ in enumerate(plan.round_counts):
+            scored, drawn = next(batches), plan.prompts[4 * index: 4 * index + 4]
+            assert Counter(prompt for prompt, _ in scored) == {row["prompt"]: 4 for row in drawn}
+            assert all(belongs_to_its_prompt(prompt, completion) for prompt, completion in scored)
+            varied += [len({len(c) % 2 == int(row["answer"]) % 2 for p, c in scored if p == row["prompt"]}) > 1
+                       for row in drawn]
+        assert len(varied) == len(plan.prompts)
         assert (plan.counts > 0).tolist() == [v and sum(varied[: i + 1]) <= 2 for i, v in enumerate(varied)]
         assert output["completion_ids"].shape[0] == 8 and plan.counts.sum() == 8
         misplaced = misplaced_rows(plan, output, trainer.processing_class)
