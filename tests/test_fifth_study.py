@@ -10,6 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "fifth_study"))
 
+import defaults_rule  # noqa: E402
 import fifth_study  # noqa: E402
 
 
@@ -106,3 +107,29 @@ def test_a_quick_study_counts_every_cost_and_resumes_from_its_stored_runs(tmp_pa
     monkeypatch.setattr(fifth_study, "run_rl", no_training)
     again = fifth_study.main(["--quick", "--stored-only", "--output-dir", str(tmp_path)])
     assert again["primary"] == result["primary"] and again["arms"] == result["arms"]
+
+
+def test_the_defaults_rule_picks_spo_only_where_it_beats_the_history_baseline_clearly():
+    from trl_budget import BudgetGRPOConfig
+
+    def test(diff, significant):
+        return {"diff": diff, "holm": {"significant": significant}}
+
+    def study(against_spo, history_vs_uniform=(0.5, False), equal_rollouts=-0.5):
+        return {"primary": {f"{f}: uniform-n8-history - spo": test(*against_spo[i])
+                            for i, f in enumerate(defaults_rule.FAMILIES)},
+                "at_equal_cost": {f: {"uniform-n8-history - spo": {"generated_rollouts": {"diff": equal_rollouts}}}
+                                  for f in defaults_rule.FAMILIES},
+                "secondary": {f: {f"{f}: uniform-n8-history - uniform-n8": test(*history_vs_uniform)}
+                              for f in defaults_rule.FAMILIES}}
+
+    spo_ahead, tie, history_ahead = (-1.0, True), (-1.0, False), (1.0, True)
+    assert defaults_rule.chosen_rule(study([spo_ahead, spo_ahead, tie])) == "spo"
+    assert defaults_rule.chosen_rule(study([spo_ahead, tie, tie])) == "history"  # one family is not enough
+    assert defaults_rule.chosen_rule(study([spo_ahead, spo_ahead, history_ahead])) == "history"  # a loss vetoes
+    assert defaults_rule.chosen_rule(study([spo_ahead, spo_ahead, tie], equal_rollouts=0.2)) == "history"
+    assert defaults_rule.chosen_rule(study([tie, tie, tie], history_vs_uniform=(-0.5, True))) == "group"
+    assert defaults_rule.chosen_rule(study([tie, tie, tie], history_vs_uniform=(-0.5, False))) == "history"
+    for rule, settings in defaults_rule.DEFAULTS.items():  # each outcome's settings are the trainer's own
+        config = BudgetGRPOConfig(output_dir="unused", use_cpu=True, report_to=[], **settings)
+        assert config.resolved_advantage_baseline() == settings["advantage_baseline"], rule
