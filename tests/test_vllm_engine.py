@@ -164,12 +164,20 @@ def assert_rows_follow_the_plan(rows: Rows, plans, tokenizer) -> None:
     credits every row (its reward, its advantage, the tracker) to the prompt it was generated for."""
     assert len(rows.batches) == len(plans)
     for batch, (plan, output) in zip(rows.batches, plans):
-        assert Counter(prompt for prompt, _ in batch) == {row["prompt"]: int(count)
-                                                          for row, count in zip(plan.prompts, plan.counts)}
-        strays = [(prompt, completion) for prompt, completion in batch if not belongs_to_its_prompt(prompt, completion)]
-        assert not strays, f"completions scored against another prompt: {strays}"
-        misplaced = misplaced_rows(plan, output, tokenizer)
-        assert not misplaced, f"rows credited to another prompt (credited, shown, completion): {misplaced}"
+        assert_scored_rows(batch, {row["prompt"]: int(count) for row, count in zip(plan.prompts, plan.counts)})
+        assert_credited_to_their_prompts(plan, output, tokenizer)
+
+
+def assert_scored_rows(scored, completions_of_prompt: dict[str, int]) -> None:
+    """Rows scored together: each prompt's count of completions, every completion its own prompt's."""
+    assert Counter(prompt for prompt, _ in scored) == completions_of_prompt
+    strays = [(prompt, completion) for prompt, completion in scored if not belongs_to_its_prompt(prompt, completion)]
+    assert not strays, f"completions scored against another prompt: {strays}"
+
+
+def assert_credited_to_their_prompts(plan, output, tokenizer) -> None:
+    misplaced = misplaced_rows(plan, output, tokenizer)
+    assert not misplaced, f"trained rows credited to another prompt (credited, shown, completion): {misplaced}"
 
 
 def test_server_mode_gives_each_prompt_its_count_of_its_own_completions(tmp_path, copy_model, vllm_server,
@@ -213,7 +221,7 @@ def test_server_mode_probe_sends_two_requests_and_merges_both_stages(tmp_path, c
     merged.batches = [a + b for a, b in zip(rows.batches[::2], rows.batches[1::2])]
     assert_rows_follow_the_plan(merged, plans, trainer.processing_class)
     for (plan, output), (probe, _) in zip(plans, zip(rows.batches[::2], rows.batches[1::2])):
-        assert Counter(prompt for prompt, _ in probe) == {row["prompt"]: 2 for row in plan.prompts}
+        assert_scored_rows(probe, {row["prompt"]: 2 for row in plan.prompts})
         assert output["completion_ids"].shape[0] == 8  # both stages' rows reach the loss
 
 
@@ -230,8 +238,7 @@ def test_server_mode_rounds_send_one_request_a_round_and_credit_every_row(tmp_pa
     for plan, output in plans:
         rounds = [next(batches) for _ in plan.round_counts]
         for counts, scored in zip(plan.round_counts, rounds):  # each round generated its own counts
-            assert Counter(prompt for prompt, _ in scored) == {row["prompt"]: int(count) for row, count
-                                                               in zip(plan.prompts, counts) if count}
+            assert_scored_rows(scored, {row["prompt"]: int(count) for row, count in zip(plan.prompts, counts) if count})
         merged.batches.append([row for scored in rounds for row in scored])
         assert output["completion_ids"].shape[0] == 16  # every round's rows reach the loss
     assert_rows_follow_the_plan(merged, plans, trainer.processing_class)
@@ -249,13 +256,10 @@ def test_server_mode_reinforce_ada_trains_k_of_each_prompt_credited_to_it(tmp_pa
     batches = iter(rows.batches)
     for plan, output in plans:
         for counts in plan.round_counts:  # each round generated its own counts, every completion its prompt's
-            scored = next(batches)
-            assert Counter(prompt for prompt, _ in scored) == {row["prompt"]: int(count) for row, count
-                                                               in zip(plan.prompts, counts) if count}
-            assert all(belongs_to_its_prompt(prompt, completion) for prompt, completion in scored)
+            assert_scored_rows(next(batches), {row["prompt"]: int(count) for row, count
+                                               in zip(plan.prompts, counts) if count})
         assert plan.counts.tolist() == [4, 4, 4, 4] and output["completion_ids"].shape[0] == 16
-        misplaced = misplaced_rows(plan, output, trainer.processing_class)
-        assert not misplaced, f"trained rows credited to another prompt (credited, shown, completion): {misplaced}"
+        assert_credited_to_their_prompts(plan, output, trainer.processing_class)
 
 
 def test_server_mode_dynamic_sampling_sends_a_request_per_generation_batch_and_trains_the_varied_prompts(
@@ -274,15 +278,13 @@ def test_server_mode_dynamic_sampling_sends_a_request_per_generation_batch_and_t
         varied = []
         for index, _ in enumerate(plan.round_counts):
             scored, drawn = next(batches), plan.prompts[4 * index: 4 * index + 4]
-            assert Counter(prompt for prompt, _ in scored) == {row["prompt"]: 4 for row in drawn}
-            assert all(belongs_to_its_prompt(prompt, completion) for prompt, completion in scored)
+            assert_scored_rows(scored, {row["prompt"]: 4 for row in drawn})
             varied += [len({len(c) % 2 == int(row["answer"]) % 2 for p, c in scored if p == row["prompt"]}) > 1
                        for row in drawn]
         assert len(varied) == len(plan.prompts)
         assert (plan.counts > 0).tolist() == [v and sum(varied[: i + 1]) <= 2 for i, v in enumerate(varied)]
         assert output["completion_ids"].shape[0] == 8 and plan.counts.sum() == 8
-        misplaced = misplaced_rows(plan, output, trainer.processing_class)
-        assert not misplaced, f"trained rows credited to another prompt (credited, shown, completion): {misplaced}"
+        assert_credited_to_their_prompts(plan, output, trainer.processing_class)
 
 
 def test_server_mode_spo_draws_one_rollout_of_each_prompt_in_one_request_and_keeps_its_response(
