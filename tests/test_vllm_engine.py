@@ -276,7 +276,7 @@ def test_server_mode_dynamic_sampling_sends_a_request_per_generation_batch_and_t
         # Generation batch by generation batch: one that spans the end of a pass over the 10 prompts can draw a prompt
         # the batch before drew too, a group of its own (one from each pass).
         varied = []
-        for index, _ in enumerate(plan.round_counts):
+        for index in range(len(plan.round_counts)):
             scored, drawn = next(batches), plan.prompts[4 * index: 4 * index + 4]
             assert_scored_rows(scored, {row["prompt"]: 4 for row in drawn})
             varied += [len({len(c) % 2 == int(row["answer"]) % 2 for p, c in scored if p == row["prompt"]}) > 1
