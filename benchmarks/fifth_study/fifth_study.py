@@ -87,17 +87,20 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, replace
+import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
-from trl_budget.demo.run import run_rl, warm_start
-from trl_budget.demo.run_cache import refuse_other_code, stored_or_trained, study_arguments, study_runs
-from trl_budget.demo.settings import STUDY_RATE, RLSettings, WarmStartSettings
+from trl_budget.demo.run import run_rl
+from trl_budget.demo.run_cache import refuse_other_code, study_arguments, study_runs
+from trl_budget.demo.settings import STUDY_RATE, RLSettings
 from trl_budget.demo.study_stats import (answer_sentences, comparison_name, compare_runs, minimal_detectable_effect,
                                          paired_comparison, room_gate as study_room_gate, runs_family, study_metric)
-from trl_budget.demo.task import task_named
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))  # benchmarks/common: the studies' run of an arm
+from study_run import stored_study_run
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SEEDS = range(500, 520)
@@ -168,23 +171,8 @@ def arm_settings(regime: str, label: str, quick: bool) -> RLSettings:
 
 def study_run(regime: str, label: str, seed: int, quick: bool, run_cache: Path, train: bool = True) -> dict:
     """One run, stored (or read back) under its settings and seed; single-threaded, for a process pool."""
-    import torch
-
-    torch.set_num_threads(1)
-    task_name = REGIMES[regime][0]
-    warm, settings = WarmStartSettings(), arm_settings(regime, label, quick)
-    options = dict(ARMS[label][1])
-    allocator = options.pop("budget_allocator")
-    key = {"task": task_name, "warm_start": asdict(warm), "rl": asdict(settings), "arm": ARMS[label][1], "seed": seed}
-    name = f"fifth-study-{regime}-{label}-{seed}"
-    task = task_named(task_name)
-
-    def train_it() -> dict:
-        result = run_rl(warm_start(warm, task=task), allocator, seed, settings, Path("study_runs") / regime / label,
-                        show_progress=False, label=label, task=task, **options)
-        return {k: v for k, v in result.items() if k != "histograms"}
-
-    return stored_or_trained(run_cache, name, key, train, train_it)
+    return stored_study_run("fifth", regime, label, seed, REGIMES[regime][0], arm_settings(regime, label, quick),
+                            ARMS[label][1], run_cache, train, run_rl)
 
 
 def job_order(seeds) -> list[tuple[str, str, int]]:

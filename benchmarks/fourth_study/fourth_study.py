@@ -86,21 +86,23 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 import traceback
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from trl_budget.demo.report import comparison_cells
-from trl_budget.demo.run import run_rl, warm_start
-from trl_budget.demo.run_cache import refuse_other_code, stored_or_trained, study_arguments, study_runs
-from trl_budget.demo.settings import (REINFORCE_ADA_AT_EQUAL_COST, REINFORCE_ADA_TRAINED, RLSettings,
-                                      WarmStartSettings)
+from trl_budget.demo.run import run_rl
+from trl_budget.demo.run_cache import refuse_other_code, study_arguments, study_runs
+from trl_budget.demo.settings import REINFORCE_ADA_AT_EQUAL_COST, REINFORCE_ADA_TRAINED, RLSettings
 from trl_budget.demo.study_stats import (answer_sentences, comparison_name, compare_runs, minimal_detectable_effect,
                                          paired_comparison, room_gate as study_room_gate, runs_family, study_metric)
-from trl_budget.demo.task import task_named
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))  # benchmarks/common: the studies' run of an arm
+from study_run import stored_study_run
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SEEDS = range(300, 320)
@@ -189,29 +191,21 @@ def arm_settings(regime: str, label: str, quick: bool) -> RLSettings:
 
 def study_run(regime: str, label: str, seed: int, quick: bool, run_cache: Path, train: bool = True) -> dict:
     """One run, stored (or read back) under its settings and seed; single-threaded, for a process pool."""
-    import torch
+    return stored_study_run("fourth", regime, label, seed, REGIMES[regime][0], arm_settings(regime, label, quick),
+                            ARMS[label][2], run_cache, train, run_until_cap)
 
-    torch.set_num_threads(1)
-    task_name = REGIMES[regime][0]
-    warm, settings = WarmStartSettings(), arm_settings(regime, label, quick)
-    options = dict(ARMS[label][2])
-    allocator = options.pop("budget_allocator")
-    key = {"task": task_name, "warm_start": asdict(warm), "rl": asdict(settings), "arm": ARMS[label][2], "seed": seed}
-    name = f"fourth-study-{regime}-{label}-{seed}"
-    task = task_named(task_name)
 
-    def train_it() -> dict:
-        start = time.perf_counter()
-        try:
-            result = run_rl(warm_start(warm, task=task), allocator, seed, settings,
-                            Path("study_runs") / regime / label, show_progress=False, label=label, task=task, **options)
-        except RuntimeError as error:
-            if not str(error).startswith(DYNAMIC_SAMPLING_CAP):
-                raise
-            return stopped_at_cap(error, label, seed, time.perf_counter() - start)
-        return {k: v for k, v in result.items() if k != "histograms"}
-
-    return stored_or_trained(run_cache, name, key, train, train_it)
+def run_until_cap(model: Path, allocator: str, seed: int, settings: RLSettings, output_dir: Path, *, label: str,
+                  **options) -> dict:
+    """`run_rl`, except that a run dynamic sampling stops at its cap of generation batches is a result, as verl stops
+    (`stopped_at_cap`), not an error."""
+    start = time.perf_counter()
+    try:
+        return run_rl(model, allocator, seed, settings, output_dir, label=label, **options)
+    except RuntimeError as error:
+        if not str(error).startswith(DYNAMIC_SAMPLING_CAP):
+            raise
+        return stopped_at_cap(error, label, seed, time.perf_counter() - start)
 
 
 def stopped_at_cap(error: RuntimeError, label: str, seed: int, seconds: float) -> dict:
