@@ -153,3 +153,8 @@ def test_a_retrained_run_is_compared_on_every_figure_the_stored_run_recorded():
     assert differences(stored, changed) == [".curve[0].accuracy: stored 0.5, re-trained 0.5000001"]
     lost = {key: value for key, value in stored.items() if key != "rounds"}
     assert differences(stored, lost) == [".rounds (only the stored run has it)"]
+    # Where and by which code a run trained is no figure of it: a later code's re-training differs in its digest.
+    machine = {"cpu": "AMD EPYC", "code": "9a5da54f907c91cb"}
+    assert differences({**stored, "machine": machine}, {**stored, "machine": {**machine, "code": "12f13424533f55c8"}}) == []
+    # The time SPO's prior took is wall time too.
+    assert differences({**stored, "spo_prior_seconds": 12.0}, {**stored, "spo_prior_seconds": 15.7}) == []

@@ -9,6 +9,13 @@ A run re-trains bit for bit when every figure it records (held-out and training 
 batch's logged budget figures and rewards) equals the stored one exactly (`SKIPPED` says what is not compared); then the code it executes behaves as the
 code that trained the stored run, and a later study may pair new arms with those runs. Each run re-trains in a
 temporary run cache, so the committed one is left as it is. Prints one line per run, and exits 1 if any differs.
+
+Runs re-train bit for bit only on the kind of CPU that trained them. On another, show that a later code behaves as the
+study's in two steps on that machine: re-train with the study's code (its commit, or any whose `code_digest` is
+`STUDY_CODE`) keeping the runs (`--keep DIR`), then with the later code against them (`--against DIR`):
+
+    OMP_NUM_THREADS=1 python benchmarks/common/retrain_stored.py --keep /tmp/here fifth:brackets/spo:500   # study code
+    OMP_NUM_THREADS=1 python benchmarks/common/retrain_stored.py --against /tmp/here fifth:brackets/spo:500  # later
 Until the move to benchmarks/common/ this script was benchmarks/retrain_stored.py (the path the commands stored with its
 results name).
 """
@@ -27,10 +34,12 @@ import fifth_study  # noqa: E402
 import fourth_study  # noqa: E402
 import rounds_study  # noqa: E402
 
-# Not compared: wall time, the one figure not decided by the code and the seed; and `unseen_prompts`, whose meaning
-# became one in every mode (before: on the batch's fresh rates in rounds modes). A figure the stored run did not record
-# (None: its code logged it only in rounds modes) is not compared either.
-SKIPPED = ("seconds", "unseen_prompts")
+# Not compared: wall time (`seconds`, and `spo_prior_seconds`, the time SPO's prior took), the one kind of figure not
+# decided by the code and the seed; `unseen_prompts`, whose meaning became one in every mode (before: on the batch's
+# fresh rates in rounds modes); and `machine`, the record of where and by which code the run trained (the package's
+# digest differs whenever its code does), no figure of the run. A figure the stored run did not record (None: its code
+# logged it only in rounds modes) is not compared either.
+SKIPPED = ("seconds", "spo_prior_seconds", "unseen_prompts", "machine")
 
 
 def differences(stored: dict, retrained: dict, where: str = "") -> list[str]:
@@ -49,9 +58,17 @@ def differences(stored: dict, retrained: dict, where: str = "") -> list[str]:
     return [f"{where}: stored {str(stored)[:60]}, re-trained {str(retrained)[:60]}"]
 
 
-def main(runs: list[str]) -> int:
+def main(argv: list[str]) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("runs", nargs="+", help="study runs: 'fifth:regime/arm:seed', 'regime/arm:seed' or 'arm:seed'")
+    parser.add_argument("--keep", type=Path, help="store the re-trained runs in this run cache (default: a temporary one)")
+    parser.add_argument("--against", type=Path,
+                        help="compare with the runs stored in this run cache instead of the study's committed ones")
+    args = parser.parse_args(argv)
     failed = 0
-    for run in runs:
+    for run in args.runs:
         arm, seed = run.rsplit(":", 1)
         # "fifth:regime/label" names a run of the fifth study, "regime/label" one of the fourth, a bare label one of
         # the third
@@ -59,9 +76,10 @@ def main(runs: list[str]) -> int:
         arm = arm.removeprefix("fifth:")
         job = (*arm.split("/"), int(seed)) if "/" in arm else (arm, int(seed))
         study_run = study.study_run
-        stored = study_run(*job, quick=False, run_cache=study.RESULTS / "run_cache", train=False)["result"]
+        reference = args.against or study.RESULTS / "run_cache"
+        stored = study_run(*job, quick=False, run_cache=reference, train=False)["result"]
         with tempfile.TemporaryDirectory() as folder:
-            retrained = study_run(*job, quick=False, run_cache=Path(folder))["result"]
+            retrained = study_run(*job, quick=False, run_cache=args.keep or Path(folder))["result"]
         found = differences(stored, retrained)
         failed += bool(found)
         print(f"{arm} seed {seed}: " + ("bit for bit" if not found else
