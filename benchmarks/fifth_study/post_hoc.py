@@ -17,12 +17,13 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import fifth_study  # noqa: E402
 
-from trl_budget.demo.run_cache import NotStored  # noqa: E402
+from trl_budget.demo.run_cache import study_runs  # noqa: E402
 from trl_budget.demo.study_stats import compare_runs  # noqa: E402
 
 COMPARISONS = (("spo-no-prior", "uniform-n8-history"), ("spo", "uniform-n16"), ("spo-no-prior", "uniform-n16"))
@@ -30,17 +31,10 @@ COMPARISONS = (("spo-no-prior", "uniform-n8-history"), ("spo", "uniform-n16"), (
 
 def stored_runs(labels: set[str]) -> dict:
     """The stored runs of `labels` in every regime and seed, keyed as the study keys them; a missing one is left out."""
-    runs = {}
-    for regime in fifth_study.REGIMES:
-        for label in labels:
-            for seed in fifth_study.SEEDS:
-                try:
-                    run = fifth_study.study_run(regime, label, seed, quick=False,
-                                                run_cache=fifth_study.RESULTS / "run_cache", train=False)
-                except NotStored:
-                    continue
-                runs[regime, label, seed] = run["result"]
-    return runs
+    jobs = [(regime, label, seed) for regime in fifth_study.REGIMES for label in sorted(labels)
+            for seed in fifth_study.SEEDS]
+    stored_only = SimpleNamespace(stored_only=True, quick=False, output_dir=fifth_study.RESULTS)
+    return {job: run["result"] for job, run in study_runs(jobs, fifth_study.study_run, stored_only).items()}
 
 
 def main() -> dict:
