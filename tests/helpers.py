@@ -41,12 +41,21 @@ def config_kwargs(output_dir, **overrides):
         report_to=[],
         use_cpu=True,
         save_strategy="no",
+        budget_allocator="knapsack",  # the rule most tests exercise; the default (SPO) has tests of its own
         min_generations=2,
         max_generations=8,
         seed=0,
         temperature=1.0,
     )
     kwargs.update(overrides)
+    return kwargs
+
+
+def grpo_kwargs(output_dir, **overrides):
+    """`config_kwargs` less the budget's own settings: what a plain `GRPOConfig` takes."""
+    kwargs = config_kwargs(output_dir, **overrides)
+    for name in ("budget_allocator", "min_generations", "max_generations"):
+        kwargs.pop(name)
     return kwargs
 
 

@@ -134,13 +134,11 @@ def trl_parity(output_dir: str, mode: str) -> None:
 
     from trl import GRPOConfig, GRPOTrainer
 
-    from helpers import config_kwargs
+    from helpers import grpo_kwargs
     from trl_budget.demo.tiny import build_tiny_model
 
     tokenizer = build_char_tokenizer(ALPHABET)
-    options = config_kwargs(output_dir, per_device_train_batch_size=4, max_steps=4)
-    for name in ("min_generations", "max_generations"):
-        options.pop(name)
+    options = grpo_kwargs(output_dir, per_device_train_batch_size=4, max_steps=4)
     budget = mode == "uniform-trl"
     trainer = (BudgetGRPOTrainer if budget else GRPOTrainer)(
         model=build_tiny_model(tokenizer), reward_funcs=parity_reward, train_dataset=make_dataset(),

@@ -7,6 +7,7 @@ import torch
 from helpers import (
     build_chat_tokenizer,
     config_kwargs,
+    grpo_kwargs,
     make_dataset,
     make_trainer,
     parameters_of,
@@ -100,9 +101,7 @@ def test_a_rollout_func_trains_under_budgets_every_row_credited_to_its_prompt(tm
 
 
 def test_uniform_with_a_rollout_func_is_grpo_trainer(tmp_path, tokenizer):
-    common = config_kwargs(tmp_path / "grpo", max_steps=3)
-    for key in ("min_generations", "max_generations"):
-        common.pop(key)
+    common = grpo_kwargs(tmp_path / "grpo", max_steps=3)
     runs = []
     for trainer_class, config_class, extra in ((GRPOTrainer, GRPOConfig, {}),
                                                (BudgetGRPOTrainer, BudgetGRPOConfig, {"budget_allocator": "uniform"})):

@@ -59,11 +59,13 @@ def run_script(arguments, launcher=(sys.executable,)):
     return result
 
 
-def small_run(model, data, output, *extra):
+def small_run(model, data, output, *extra, allocator: str | None = "knapsack"):
+    """A few steps of a tiny model; `allocator=None` keeps the recipe's own."""
     return [
         "--model_name_or_path", str(model), "--dataset_name", str(data), "--output_dir", str(output),
         "--max_steps", "3", "--per_device_train_batch_size", "8", "--num_generations", "4",
-        "--min_generations", "2", "--max_generations", "8", "--max_completion_length", "8", "--use_cpu",
+        *(["--budget_allocator", allocator] if allocator else []), "--min_generations", "2", "--max_generations", "8",
+        "--max_completion_length", "8", "--use_cpu",
         "--report_to", "none", "--save_strategy", "no", "--logging_steps", "1", "--bf16", "false",
         "--gradient_checkpointing", "false", "--reward_funcs", "examples.dapo_math.accuracy_reward", *extra,
     ]
@@ -165,7 +167,7 @@ def test_the_dapo_recipe_runs_dynamic_sampling_on_two_processes(tiny_chat_model,
          *small_run(tiny_chat_model, dapo_folder, tmp_path / "out", "--per_device_train_batch_size", "4",
                     "--generation_batch_size", "8", "--gradient_accumulation_steps", "1", "--reward_funcs",
                     "tiny_rewards.parity", "examples.dapo_math.overlong_punishment", "--success_reward_func", "parity",
-                    "--save_strategy", "steps", "--save_steps", "3")],
+                    "--save_strategy", "steps", "--save_steps", "3", allocator=None)],
         capture_output=True, text=True, timeout=900, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(tmp_path)})
     assert result.returncode == 0, result.stderr[-5000:]
     state = json.loads((tmp_path / "out" / "checkpoint-3" / "trainer_state.json").read_text())

@@ -133,3 +133,15 @@ def test_the_defaults_rule_picks_spo_only_where_it_beats_the_history_baseline_cl
     for rule, settings in defaults_rule.DEFAULTS.items():  # each outcome's settings are the trainer's own
         config = BudgetGRPOConfig(output_dir="unused", use_cpu=True, report_to=[], **settings)
         assert config.resolved_advantage_baseline() == settings["advantage_baseline"], rule
+
+
+def test_the_trainers_defaults_are_the_rule_the_study_gives_as_its_spo_no_prior_arm_ran_it():
+    from trl_budget import BudgetGRPOConfig
+
+    assert defaults_rule.chosen_rule(json.loads(defaults_rule.RESULTS.read_text())) == "spo"
+    config = BudgetGRPOConfig(output_dir="unused", use_cpu=True, report_to=[])
+    resolved = {"advantage_baseline": config.resolved_advantage_baseline(),
+                "prompt_sampling": config.resolved_prompt_sampling()}
+    for name, value in fifth_study.ARMS["spo-no-prior"][1].items():
+        assert resolved.get(name, getattr(config, name)) == value, name
+    assert config.spo_offline_sampling is False  # the prior the study found no gain from stays off

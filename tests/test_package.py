@@ -103,7 +103,8 @@ def test_an_unknown_allocator_says_what_to_write(tmp_path, name, message):
 
 def test_allocator_settings_are_reported_with_the_config_field(tmp_path):
     with pytest.raises(ValueError, match="^knapsack_fallback_confidence must lie in"):
-        BudgetGRPOConfig(str(tmp_path), use_cpu=True, report_to=[], knapsack_fallback_confidence=1.5)
+        BudgetGRPOConfig(str(tmp_path), use_cpu=True, report_to=[], budget_allocator="knapsack",
+                         knapsack_fallback_confidence=1.5)
     with pytest.raises(ValueError, match="^coba_kappa must be a finite number above 2"):
         BudgetGRPOConfig(str(tmp_path), use_cpu=True, report_to=[], budget_allocator="coba", coba_kappa=2.0)
 
@@ -155,7 +156,7 @@ def test_a_dotted_path_that_cannot_give_an_allocator_is_refused_by_the_config(tm
 def test_a_bad_value_in_the_kwargs_is_blamed_on_the_kwargs(tmp_path):
     # Before: blamed on knapsack_fallback_confidence, a field the user never set (it still held 0.9).
     with pytest.raises(ValueError, match=r"^budget_allocator_kwargs\['fallback_confidence'\] must lie in"):
-        BudgetGRPOConfig(str(tmp_path), use_cpu=True, report_to=[],
+        BudgetGRPOConfig(str(tmp_path), use_cpu=True, report_to=[], budget_allocator="knapsack",
                          budget_allocator_kwargs={"fallback_confidence": 2.0})
 
 

@@ -7,7 +7,7 @@ import logging
 import numpy as np
 import pytest
 import torch
-from helpers import config_kwargs, make_dataset, make_trainer, parameters_of, parity_reward
+from helpers import grpo_kwargs, make_dataset, make_trainer, parameters_of, parity_reward
 from trl import GRPOConfig, GRPOTrainer
 
 from trl_budget.demo.tiny import build_tiny_model
@@ -60,9 +60,7 @@ def spread_too_wide(completions, answer, **kwargs):
 
 def test_a_spread_that_overflows_float32_trains_nothing_as_in_grpo_trainer_and_is_reported_once(tmp_path, tokenizer,
                                                                                               caplog):
-    common = config_kwargs(tmp_path / "grpo", max_steps=3)
-    for key in ("min_generations", "max_generations"):
-        common.pop(key)
+    common = grpo_kwargs(tmp_path / "grpo", max_steps=3)
     grpo = GRPOTrainer(model=build_tiny_model(tokenizer), reward_funcs=spread_too_wide, args=GRPOConfig(**common),
                        train_dataset=make_dataset(), processing_class=tokenizer)
     grpo.train()

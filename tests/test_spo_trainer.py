@@ -8,10 +8,11 @@ import json
 import numpy as np
 import pytest
 from datasets import Dataset
-from helpers import make_dataset, make_trainer, parity_reward
+from helpers import grpo_kwargs, make_dataset, make_trainer, parity_reward
 from test_probe import RowRecorder
 
 from trl_budget import BudgetGRPOConfig, SPOTracker, prompt_key
+from trl_budget.demo.tiny import build_tiny_model
 from trl_budget.spo import forgetting_factor, response_drift, spo_advantages, spo_prior
 
 SPO = dict(budget_allocator="spo", max_generations=128, per_device_train_batch_size=8)
@@ -46,6 +47,25 @@ def test_an_spo_run_trains_one_rollout_a_prompt_against_each_prompts_estimate_be
         replayed.beta)
     logged = [entry for entry in trainer.state.log_history if "spo/p_hats" in entry]
     assert len(logged) == 6 and all("spo/adv_after_norm/p50" in entry for entry in logged)
+
+
+def test_a_trainer_given_no_budget_setting_trains_spo_and_says_so(tmp_path, tokenizer, caplog):
+    import logging
+
+    from trl_budget import BudgetGRPOTrainer
+
+    trainer = BudgetGRPOTrainer(model=build_tiny_model(tokenizer), reward_funcs=parity_reward,
+                                args=BudgetGRPOConfig(**grpo_kwargs(tmp_path, max_steps=2)),
+                                train_dataset=make_dataset(), processing_class=tokenizer)
+    recorder = RowRecorder(trainer)
+    with caplog.at_level(logging.INFO, logger="trl_budget.trainer"):
+        trainer.train()
+    lines = [record.getMessage() for record in caplog.records if record.getMessage().startswith("Rollout budget:")]
+    assert len(lines) == 1 and "(budget_allocator='spo')" in lines[0] and "drawn by SPO's weights" in lines[0]
+    assert lines[0].endswith("advantage baseline 'spo'.")
+    for plan, _, _ in recorder.steps:  # 8 rollouts a step, as GRPO's batch: one for each of 8 prompts
+        assert plan.counts.tolist() == [1] * 8
+    assert trainer.spo is not None and len(trainer.spo.tracker) > 0
 
 
 def test_kl_adaptive_rho_comes_from_the_drift_of_each_prompts_last_response(tmp_path, tokenizer):

@@ -4,7 +4,7 @@ own tool loop, calls the tool with its own prompt's arguments, gets its own repl
 import numpy as np
 import pytest
 import torch
-from helpers import config_kwargs, make_trainer
+from helpers import config_kwargs, grpo_kwargs, make_trainer
 from test_agent import misplaced, recording_outputs
 from tool_task import add, build_tool_tokenizer, called_with, final_answer, tool_dataset
 from transformers import AutoModelForCausalLM
@@ -95,9 +95,7 @@ def test_spo_with_tools_runs_each_rollouts_loop_and_keeps_its_tool_turns_in_the_
 
 
 def test_uniform_with_tools_is_grpo_trainer(tmp_path, tool_model):
-    common = config_kwargs(tmp_path / "grpo", max_steps=3, max_completion_length=128)
-    for key in ("min_generations", "max_generations"):
-        common.pop(key)
+    common = grpo_kwargs(tmp_path / "grpo", max_steps=3, max_completion_length=128)
     runs = []
     for trainer_class, config_class, extra in ((GRPOTrainer, GRPOConfig, {}),
                                                (BudgetGRPOTrainer, BudgetGRPOConfig, {"budget_allocator": "uniform"})):

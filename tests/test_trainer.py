@@ -9,6 +9,7 @@ from helpers import (
     always_one,
     assert_parameters_changed,
     config_kwargs,
+    grpo_kwargs,
     make_dataset,
     make_trainer,
     parameters_of,
@@ -66,9 +67,7 @@ def test_train_with_each_allocator(tmp_path, tokenizer, name):
 
 
 def test_uniform_reproduces_grpo_trainer(tmp_path, tokenizer):
-    common = config_kwargs(tmp_path / "grpo", max_steps=5)
-    for key in ("min_generations", "max_generations"):
-        common.pop(key)
+    common = grpo_kwargs(tmp_path / "grpo", max_steps=5)
     runs = []
     for trainer_class, config_class, extra in (
         (GRPOTrainer, GRPOConfig, {}),
@@ -95,13 +94,13 @@ def test_uniform_reproduces_grpo_trainer(tmp_path, tokenizer):
 
 
 def test_plain_grpo_config_is_accepted(tmp_path, tokenizer):
-    kwargs = config_kwargs(tmp_path / "plain", max_steps=2)
-    for key in ("min_generations", "max_generations"):
-        kwargs.pop(key)
+    kwargs = grpo_kwargs(tmp_path / "plain", max_steps=2)
     trainer = BudgetGRPOTrainer(model=build_tiny_model(tokenizer), reward_funcs=parity_reward,
                                 args=GRPOConfig(**kwargs), train_dataset=make_dataset(), processing_class=tokenizer)
-    assert isinstance(trainer.args, BudgetGRPOConfig) and trainer.args.budget_allocator == "knapsack"
+    # A plain GRPOConfig takes the budget's defaults: SPO, one rollout for each of the batch's 8 prompts.
+    assert isinstance(trainer.args, BudgetGRPOConfig) and trainer.args.budget_allocator == "spo"
     trainer.train()
+    assert all(entry["budget/rollouts_max"] == 1 for entry in trainer.state.log_history if "budget/rollouts_max" in entry)
 
 
 @pytest.mark.parametrize(
@@ -377,9 +376,6 @@ def test_pass_rate_settings_default_to_the_allocators_release(tmp_path, tokenize
     assert {name: getattr(args, name) for name in expected} == expected
     explicit = BudgetGRPOConfig(**config_kwargs(tmp_path, budget_allocator=allocator, pass_rate_min_rollouts=3))
     assert explicit.pass_rate_min_rollouts == 3  # an explicit value wins
-    plain = BudgetGRPOConfig.from_grpo_config(GRPOConfig(**{
-        k: v for k, v in config_kwargs(tmp_path).items() if k not in ("min_generations", "max_generations")}))
-    assert plain.pass_rate_min_rollouts == 8  # a plain GRPOConfig gets the default allocator's (knapsack) rule
     tracker = make_trainer(tmp_path, tokenizer, budget_allocator=allocator).tracker
     assert (tracker.window, tracker.rollout_pool or 0, tracker.min_rollouts, tracker.failure_rate_window) == tuple(
         expected.values())

@@ -27,17 +27,21 @@ class BudgetGRPOConfig(GRPOConfig, AllocationSettings, TrackerSettings, BatchSet
     r"""
     Configuration class for the [`BudgetGRPOTrainer`].
 
-    Everything of [`~trl.GRPOConfig`] keeps its meaning. `num_generations` becomes the *average* number of rollouts per
-    prompt: each generation batch still holds `generation_batch_size` rollouts, so a step costs what it costs with
-    `GRPOTrainer`, but the allocator decides how they are shared among the batch's prompts.
+    Everything of [`~trl.GRPOConfig`] keeps its meaning but one: each generation batch still holds
+    `generation_batch_size` rollouts, so a step costs what it costs with `GRPOTrainer`, but the rule decides which
+    prompts get them. Under the default rule, SPO (`budget_allocator="spo"`, the fifth study's answer), every prompt
+    gets one rollout, so a batch trains `generation_batch_size` prompts and `num_generations` is not read (TRL still
+    checks that it divides `generation_batch_size`). Under an allocator, `num_generations` is the *average* number of
+    rollouts per prompt; `budget_allocator="uniform"` is GRPO's split.
 
     Parameters:
         > Parameters that control the allocation
 
-        budget_allocator (`str`, *optional*, defaults to `"knapsack"`):
-            Allocation rule: `"knapsack"` (Knapsack RL), `"coba"` (CoBA-RL), `"uniform"` (GRPO's equal split),
-            `"reinforce_ada"` (Reinforce-Ada's rounds), another name registered with `register_allocator`, or a dotted
-            path to an allocator class
+        budget_allocator (`str`, *optional*, defaults to `"spo"`):
+            Allocation rule: `"spo"` (SPO: one rollout a prompt, its prompts drawn by SPO's weights, SPO's baseline;
+            the default, which beat uniform GRPO and the history baseline in the fifth study), `"uniform"` (GRPO's
+            equal split), `"knapsack"` (Knapsack RL), `"coba"` (CoBA-RL), `"reinforce_ada"` (Reinforce-Ada's
+            rounds), another name registered with `register_allocator`, or a dotted path to an allocator class
             (`"my_package.my_module:MyAllocator"`). Fields named `<allocator>_<option>` (`knapsack_fallback`, say) are
             passed to its constructor as `<option>`. Ignored when an `allocator` object is passed to the trainer.
         budget_allocator_kwargs (`dict`, `str` or `None`, *optional*, defaults to `None`):
@@ -263,11 +267,13 @@ class BudgetGRPOConfig(GRPOConfig, AllocationSettings, TrackerSettings, BatchSet
     """
 
     budget_allocator: str = field(
-        default="knapsack",
+        default="spo",
         metadata={
-            "help": "Allocation rule: 'knapsack' (Knapsack RL), 'coba' (CoBA-RL), 'uniform' (GRPO's equal split), "
-            "'reinforce_ada' (Reinforce-Ada's rounds), a name registered with register_allocator, or a dotted path "
-            "'my_package.my_module:MyAllocator'. Ignored when an `allocator` object is passed to the trainer.",
+            "help": "Allocation rule: 'spo' (SPO, the default: one rollout a prompt, drawn by SPO's weights, SPO's "
+            "baseline; num_generations is not read), 'uniform' (GRPO's equal split), 'knapsack' (Knapsack RL), 'coba' "
+            "(CoBA-RL), 'reinforce_ada' (Reinforce-Ada's rounds), a name registered with register_allocator, or a "
+            "dotted path 'my_package.my_module:MyAllocator'. Ignored when an `allocator` object is passed to the "
+            "trainer.",
         },
     )
     budget_allocator_kwargs: dict | str | None = field(

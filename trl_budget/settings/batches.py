@@ -10,6 +10,7 @@ from ..checks import (
     is_whole_number,
     shown,
 )
+from .common import allocator_in_words
 
 DYNAMIC_SAMPLING_METRICS = ("reward", "success")
 
@@ -49,9 +50,9 @@ class BatchSettings:
             return
         if self.budget_allocator != "uniform":
             raise ValueError(
-                f"dynamic_sampling=True trains num_generations rollouts of each kept prompt, as verl's DAPO "
-                f"recipe does, so it runs with budget_allocator='uniform' only (got {self.budget_allocator!r}): its "
-                "generation batches cannot yet be shared unevenly. Set budget_allocator='uniform', or "
+                f"dynamic_sampling=True trains num_generations rollouts of each kept prompt, as verl's DAPO recipe "
+                f"does, so it runs with budget_allocator='uniform' only, and this run's is {allocator_in_words(self)}: "
+                "its generation batches cannot yet be shared unevenly. Set budget_allocator='uniform', or "
                 "dynamic_sampling=False to share the budget by the allocator."
             )
         for name in ("rounds_generations", "probe_generations"):

@@ -10,7 +10,7 @@ from ..checks import (
     check_flag,
     check_optional_name,
 )
-from .common import same_value
+from .common import allocator_in_words, same_value
 from .renamed import RENAMED_SETTINGS
 
 # The built-in allocators whose options are fields of their own.
@@ -80,8 +80,8 @@ class UnreadSettings:
     def _rule_and_unread_settings(self) -> tuple[str, dict[str, str]]:
         """The batch's rule in words, and the settings it never reads, each with the rest of its fix."""
         if self.budget_allocator == "spo":
-            return ("under budget_allocator='spo': every prompt gets spo_rollouts_per_prompt rollouts in one round, "
-                    "its prompts drawn by prompt sampling"), dict.fromkeys(
+            return (f"under {allocator_in_words(self)}: every prompt gets spo_rollouts_per_prompt rollouts in one "
+                    "round, its prompts drawn by prompt sampling"), dict.fromkeys(
                 ("min_generations", "max_generations", "probe_generations", "rounds_generations",
                  "rounds_first_generations", "rounds_max", "budget_token_cap", "pass_rate_prior_column",
                  "prompt_group_column", "pass_rate_prior_strength", "probe_history_weight",
