@@ -30,6 +30,10 @@ def page(path: str) -> str:
 SECOND = read("second_study/results/compare_allocators.json")
 THIRD = read("third_study/results/rounds_study.json")
 FOURTH = read("fourth_study/results/fourth_study.json")
+FIFTH = read("fifth_study/results/fifth_study.json")
+POST_HOC = read("fifth_study/results/post_hoc.json")["comparisons"]
+SPO_ENGINE = read("fifth_study/results/engine_time.json")["results"]
+FAMILIES = ("arithmetic", "sorting", "brackets")
 ENGINE = {name: read(f"engine_cost/results/{name}.json")["modes"]["colocate"]["arms"]
           for name in ("rounds_engine_cost-real", "rounds_engine_cost-real-more")}
 
@@ -38,6 +42,32 @@ def fourth(name: str) -> dict:
     """A comparison of the fourth study by its name: a primary or a secondary."""
     tests = {**FOURTH["primary"], **{n: t for family in FOURTH["secondary"].values() for n, t in family.items()}}
     return tests[name]
+
+
+def fifth(name: str) -> dict:
+    """A comparison of the fifth study by its name: a primary or a secondary."""
+    tests = {**FIFTH["primary"], **{n: t for family in FIFTH["secondary"].values() for n, t in family.items()}}
+    return tests[name]
+
+
+def in_each_family(comparison: str, tests=fifth) -> list[dict]:
+    """`comparison` ('spo - uniform-n8') of the fifth study in arithmetic, sorting and brackets."""
+    return [tests(f"{family}: {comparison}") for family in FAMILIES]
+
+
+def post_hoc(name: str) -> dict:
+    family, comparison = name.split(": ")
+    return POST_HOC[family][comparison]
+
+
+def equal_rollouts(name: str) -> dict:
+    family, comparison = name.split(": ")
+    return FIFTH["at_equal_cost"][family][comparison]["generated_rollouts"]
+
+
+def spo_engine(prompt_tokens: int) -> str:
+    """SPO's batch against GRPO's on the real engine: the median of the ratios within a round."""
+    return f"{SPO_ENGINE[f'prompt_{prompt_tokens}_tokens']['spo_over_grpo_median']:.2f}×"
 
 
 def second(variant: str) -> dict:
@@ -141,10 +171,32 @@ def decision_rows() -> dict[str, list[str]]:
     window = {regime: fourth(f"{regime}: uniform-n8-history - uniform-n8-history-short") for regime in (a, s)}
     baseline = fourth("arithmetic: reinforce-ada-positive - reinforce-ada-positive-group")
     stopped = arm(s, "dynamic-sampling")["stopped"]
+    history_fifth = in_each_family("uniform-n8-history - uniform-n8")
     return {
+        "SPO without a prior, the default": [
+            *[f"{shown(test)} (fifth)" for test in in_each_family("spo-no-prior - uniform-n8")],
+            f"engine time {spo_engine(24)} measured (24-token prompts; {spo_engine(96)} at 96)",
+            "by {}, {} and {} (post hoc)".format(
+                *[points(test["diff"]) for test in in_each_family("spo-no-prior - uniform-n8-history", post_hoc)])],
+        "SPO as released": [
+            *[f"{shown(test)} (fifth, primary)" for test in in_each_family("spo - uniform-n8")],
+            f"{FIFTH['arms']['arithmetic']['spo']['prior_rollouts']:,.0f} more rollouts".replace(",", " "),
+            "the prior against none: {}, {}, {}, not detected".format(
+                *[points(test["diff"]) for test in in_each_family("spo - spo-no-prior")])],
+        "history baseline against SPO": [
+            *[f"{shown(test)} (fifth, primary)" for test in in_each_family("uniform-n8-history - spo")],
+            "at equal generated rollouts {}, {} and {}".format(
+                *[points(test["diff"]) for test in in_each_family("uniform-n8-history - spo", equal_rollouts)])],
+        "SPO's baseline inside GRPO's groups": [
+            f"{shown(test)} (fifth)" for test in in_each_family("spo-baseline-n8 - uniform-n8")],
+        "SPO's sampling on the history baseline": [
+            f"{shown(test)} (fifth)" for test in in_each_family("history-spo-sampling - uniform-n8-history")],
         "history baseline on uniform GRPO": [
-            f"{shown(fourth('arithmetic: uniform-n8-history - uniform-n8'))} (fourth, primary)",
-            f"{shown(fourth('sorting: uniform-n8-history - uniform-n8'))} (fourth, primary)"],
+            f"{shown(fourth('arithmetic: uniform-n8-history - uniform-n8'))} (fourth, primary); "
+            f"{shown(history_fifth[0])} (fifth)",
+            f"{shown(fourth('sorting: uniform-n8-history - uniform-n8'))} (fourth, primary); "
+            f"{shown(history_fifth[1])} (fifth)",
+            f"{shown(history_fifth[2])} (fifth)"],
         "history baseline on Knapsack RL's allocation": [
             f"{shown(fourth('arithmetic: knapsack-history - knapsack'))} (fourth; Holm p "
             f"{holm_p(fourth('arithmetic: knapsack-history - knapsack'))})",
@@ -183,8 +235,10 @@ def decision_rows() -> dict[str, list[str]]:
                                                               "knapsack-token-cap", "knapsack-prompt-weighted"))
             + " (second)"],
         "*room:*": [
-            f"{interval(THIRD['primary']['room_gate'])} (third); {interval(FOURTH['room_gates'][a])} (fourth)",
-            f"{interval(FOURTH['room_gates'][s])} (fourth)", engine("uniform-n16")],
+            f"{interval(THIRD['primary']['room_gate'])} (third); {interval(FOURTH['room_gates'][a])} (fourth); "
+            f"{interval(FIFTH['room_gates'][a])} (fifth)",
+            f"{interval(FOURTH['room_gates'][s])} (fourth); {interval(FIFTH['room_gates'][s])} (fifth)",
+            f"{interval(FIFTH['room_gates']['brackets'])} (fifth)", engine("uniform-n16")],
     }
 
 
@@ -209,6 +263,8 @@ def decision_prose() -> list[str]:
     return [
         f"leaves {percent(waste(a))} of a batch's prompts without a gradient",
         f"where it leaves {percent(waste(s))} (the waste-heavy regime",
+        f"where it leaves {percent(1 - FIFTH['arms']['brackets']['uniform-n8']['nonzero_advantage_share'])}.",
+        f"(arithmetic: {interval(post_hoc('arithmetic: spo-no-prior - uniform-n16'))})",
         f"z = {1 - uniform_coverage:.2f} after the first epoch, a ceiling of {1 / uniform_coverage:.2f}×",
         f"Knapsack RL reached {gradient['knapsack'] / gradient['uniform-n8']:.2f}× ({gradient['knapsack']:.0f} "
         f"against {gradient['uniform-n8']:.0f} per batch in the third study; {min(ratios):.2f}–{max(ratios):.2f}× in "
@@ -247,11 +303,10 @@ def test_the_decision_page_states_each_rules_figures_as_recorded_in_its_row():
 
 def test_every_figure_on_the_decision_page_comes_from_a_stored_result():
     # The non-results it states: the releases' model sizes, and item 2's arithmetic of a ceiling and item 4's threshold.
-    allowed = ("95%", "1.5–7B", "With z below 0.2 the ceiling is 1.25×", "by more than 0.8 point")
+    allowed = ("95%", "1.5–8B", "With z below 0.2 the ceiling is 1.25×", "by more than 0.8 point")
     text = " ".join((ROOT / "docs" / "choosing.md").read_text().split())
     expected = [figure for figures in decision_rows().values() for figure in figures] + decision_prose()
     assert_stated_and_nothing_else(text, expected, allowed)
-    assert "SPO (`budget_allocator=\"spo\"`) has not been measured here; a study is planned." in text
 
 
 # The README's results: the same figures, by regime.
@@ -266,9 +321,18 @@ def readme_rows() -> dict[str, list[str]]:
     history = {regime: fourth(f"{regime}: uniform-n8-history - uniform-n8") for regime in (a, s)}
     knapsack = fourth("sorting: knapsack - uniform-n8")
     baseline = fourth("arithmetic: reinforce-ada-positive - reinforce-ada-positive-group")
+    history_fifth = in_each_family("uniform-n8-history - uniform-n8")
     return {
-        "**history baseline**": [f"{shown(history[a])}, exact p {exact_p(history[a])}",
-                                 f"{shown(history[s])}, exact p {exact_p(history[s])}"],
+        "**SPO** without a prior": [*[shown(test) for test in in_each_family("spo-no-prior - uniform-n8")],
+                                    f"engine time {spo_engine(24)} measured"],
+        "SPO as released": [f"{shown(test)}, exact p {exact_p(test)}" for test in in_each_family("spo - uniform-n8")],
+        "history baseline against SPO": [
+            *[shown(test) for test in in_each_family("uniform-n8-history - spo")],
+            "at equal generated rollouts: {}, {}, {}".format(
+                *[points(test["diff"]) for test in in_each_family("uniform-n8-history - spo", equal_rollouts)])],
+        "**history baseline**": [f"{shown(history[a])}, exact p {exact_p(history[a])}; {shown(history_fifth[0])}",
+                                 f"{shown(history[s])}, exact p {exact_p(history[s])}; {shown(history_fifth[1])}",
+                                 shown(history_fifth[2])],
         "Knapsack RL": [
             f"{points(second('knapsack')['diff'])} point [{interval(second('knapsack')).split('[')[1]}, exact p "
             f"{exact_p(second('knapsack'))}; {shown(fourth('arithmetic: knapsack - uniform-n8'))}",
@@ -289,8 +353,10 @@ def readme_rows() -> dict[str, list[str]]:
             f"exact p {exact_p(third('rounds-uniform'))}",
             f"{THIRD['arms']['rounds-uniform']['rounds']:.1f} requests; {engine_at('rounds-uniform')}"],
         "CoBA-RL": [shown(third("coba")), shown(fourth("sorting: coba - uniform-n8"))],
-        "*room:*": [f"{interval(THIRD['primary']['room_gate'])}; {interval(FOURTH['room_gates'][a])}",
-                    interval(FOURTH["room_gates"][s]), engine("uniform-n16")],
+        "*room:*": [f"{interval(THIRD['primary']['room_gate'])}; {interval(FOURTH['room_gates'][a])}; "
+                    f"{interval(FIFTH['room_gates'][a])}",
+                    f"{interval(FOURTH['room_gates'][s])}; {interval(FIFTH['room_gates'][s])}",
+                    interval(FIFTH["room_gates"]["brackets"]), engine("uniform-n16")],
     }
 
 
@@ -303,13 +369,13 @@ def test_the_readme_states_each_rules_figures_as_recorded_in_its_row():
 def test_every_figure_of_the_readmes_results_comes_from_a_stored_result():
     history = fourth("sorting: uniform-n8-history - uniform-n8")
     prose = [
-        f"(in sorting, {history['diff'] / FOURTH['room_gates']['sorting']['diff']:.0%} of what doubling the rollouts "
-        "buys)",
+        f"(in the fourth study's sorting, {history['diff'] / FOURTH['room_gates']['sorting']['diff']:.0%} of what "
+        "doubling the rollouts buys)",
         f"it turns a loss into a gain ({interval(fourth('sorting: knapsack-history - knapsack'))} in sorting)",
         f"({percent(waste('sorting'))} of the prompts without a gradient under uniform)",
     ]
     expected = [figure for figures in readme_rows().values() for figure in figures] + prose
-    assert_stated_and_nothing_else(" ".join(readme_results().split()), expected, allowed=("95%", "1.5–7B"))
+    assert_stated_and_nothing_else(" ".join(readme_results().split()), expected, allowed=("95%", "1.5–8B"))
 
 
 # The fourth study's page: engine time, measured and modelled.
@@ -510,3 +576,89 @@ def test_the_benchmarks_page_states_the_fifth_studys_pilots_as_recorded():
     assert f"gain {chosen['room'] * 100:+.2f} [{low * 100:+.2f}, {high * 100:+.2f}] points over 8" in text
     assert all(row["qualifies"] is not True for row in [*read("fifth_study/results/pilot.json")["candidates"].values(),
                                                         *second.values()])
+
+
+# The fifth study's page: its tables, row by row, and the figures of its answer.
+
+def named(comparison: str) -> str:
+    """'sorting: spo - uniform-n8' as the page names it: arm names keep their hyphens, the difference a minus."""
+    return comparison.replace(" - ", " − ")
+
+
+def fifth_table_rows() -> list[str]:
+    def exact(test: dict) -> str:
+        return f"{test['p']:.4f}" if test["p"] >= 0.0001 else "< 0.0001"
+
+    rows = [f"| {named(name)} | {shown(test)} | {exact(test)} | {holm_p(test)} | "
+            f"{minus(comparison_cells(test)['bonferroni'])} | {test['paired_sd'] * 100:.2f} ({test['mde80'] * 100:.2f}; "
+            f"observed {test['mde80_observed'] * 100:.2f}) | {interval(test['curve_area'])} |"
+            for name, test in FIFTH["primary"].items()]
+    rows += [f"| {named(name)} | {shown(test)} | {holm_p(test)} | {minus(comparison_cells(test)['bonferroni'])} | "
+             f"{interval(test['curve_area'])} |"
+             for family in FIFTH["secondary"].values() for name, test in family.items()]
+    for family, arms in FIFTH["arms"].items():
+        for label, row in arms.items():
+            versus = interval(row["vs_uniform_n8"]) if "vs_uniform_n8" in row else "—"
+            cells = [f"{row['metric_mean']:.4f}", versus, f"{row['generated_rollouts']:,.0f}",
+                     f"{row['generated_in_all']:,.0f}", f"{row['trained_tokens']:,.0f}",
+                     f"{row['rho_forward_rows']:,.0f}",
+                     f"{row['visits_mean']:.1f} [{row['visits_p10']:.0f}, {row['visits_p90']:.0f}]",
+                     f"{row['nonzero_advantage_share']:.3f}", f"{row['entropy']:.3f}", f"{row['accuracy_update_60']:.3f}"]
+            rows.append(f"| {label} | " + " | ".join(cell.replace(",", " ") if "[" not in cell else cell
+                                                     for cell in cells) + " |")
+    measures = ("generated_rollouts", "engine_time_prompt_24_tokens_median", "engine_time_prompt_96_tokens_median",
+                "engine_time_prompt_24_tokens_slowest", "engine_time_prompt_96_tokens_slowest")
+    rows += [f"| {family}: {named(name)} | " + " | ".join(interval(costs[measure]) for measure in measures) + " |"
+             for family, pairs in FIFTH["at_equal_cost"].items() for name, costs in pairs.items()]
+    rows += [f"| {family}: {named(name)} | {interval(test)} | "
+             f"{test['p']:.4f} |" if test["p"] >= 0.0001 else f"| {family}: {named(name)} | {interval(test)} | < 0.0001 |"
+             for family, tests in POST_HOC.items() for name, test in tests.items()]
+    return rows
+
+
+def test_the_fifth_study_page_states_its_tables_as_recorded():
+    lines = set((ROOT / "docs" / "studies" / "fifth.md").read_text().splitlines())
+    missing = [row for row in fifth_table_rows() if row not in lines]
+    assert not missing, missing[:3]
+
+
+def fifth_answer() -> str:
+    text = (ROOT / "docs" / "studies" / "fifth.md").read_text()
+    return " ".join(text[text.index("## The answer"):text.index("## The pre-registration")].split())
+
+
+def test_every_figure_of_the_fifth_studys_answer_comes_from_a_stored_result():
+    def values(comparison: str, tests=fifth, sign: float = 1.0) -> list[str]:
+        return [points(sign * test["diff"]) for test in in_each_family(comparison, tests)]
+
+    def listed(comparison: str, tests=fifth, sign: float = 1.0) -> str:
+        first, second, third = values(comparison, tests, sign)
+        return f"{first}, {second} and {third}"
+
+    def in_brackets(comparison: str, tests=fifth) -> str:
+        return ", ".join(values(comparison, tests))
+
+    def unsigned(comparison: str, tests=fifth, sign: float = 1.0) -> str:
+        return listed(comparison, tests, sign).replace("+", "")
+
+    history_equal = in_each_family("uniform-n8-history - spo", equal_rollouts)
+    expected = [
+        "was {} points in arithmetic, {} in sorting and {} in brackets".format(*values("spo - uniform-n8")),
+        f"by {unsigned('uniform-n8-history - spo', sign=-1)} points",
+        f"({in_brackets('spo - spo-baseline-n8')}, Holm-significant)",
+        f"({in_brackets('history-spo-sampling - uniform-n8-history')}, none significant)",
+        f"{in_brackets('spo - spo-no-prior')} points, none",
+        f"at {FIFTH['arms']['arithmetic']['spo']['prior_rollouts']:,.0f} more".replace(",", " "),
+        f"gained {listed('spo-no-prior - uniform-n8')} points",
+        f"({in_brackets('spo - uniform-n8', equal_rollouts)})",
+        f"only in sorting ({-history_equal[1]['diff'] * 100:.2f} point; {-history_equal[0]['diff'] * 100:.2f} and "
+        f"{-history_equal[2]['diff'] * 100:.2f} point",
+        f"slowest ratio measured ({SPO_ENGINE['prompt_24_tokens']['spo_over_grpo_max']:.2f}× uniform's)",
+        f"({in_brackets('spo-no-prior - uniform-n8-history', post_hoc)}; post hoc)",
+        f"gained {listed('uniform-n8-history - uniform-n8')} points",
+        "(all six primaries", "(4.35× in agentic",
+        f"about {FIFTH['arms']['arithmetic']['spo']['visits_mean']:.0f} times in a run instead of "
+        f"{FIFTH['arms']['arithmetic']['uniform-n8']['visits_mean']:.0f}",
+        f"point estimates: {in_brackets('uniform-n8-history - spo', equal_rollouts)} for history − SPO)",
+    ]
+    assert_stated_and_nothing_else(fifth_answer(), expected, allowed=("2-layer", "12 288", "1 500", "960 updates"))
