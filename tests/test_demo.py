@@ -85,26 +85,25 @@ def test_demo_end_to_end(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "held-out accuracy (last 3)" in printed and str(output / "demo_report.png") in printed
     assert "What you see:" in printed
-    from trl_budget.cli import BASELINE_ANSWER, study_answer
+    from trl_budget.cli import SPO_ANSWER, study_answer
 
-    assert "the fourth study" in printed and study_answer(BASELINE_ANSWER) in printed
+    assert "the fifth study" in printed and study_answer(SPO_ANSWER) in printed
 
-    # The default pair, uniform GRPO with the history baseline against uniform GRPO, on seeds 0 and 1, paired.
+    # The default pair, the trainer's defaults (SPO) against uniform GRPO, on seeds 0 and 1, paired.
     results = json.loads((output / "demo_results.json").read_text())
-    assert set(results["summary"]) == {"uniform-history", "uniform"} and results["seeds"] == [0, 1]
+    assert set(results["summary"]) == {"spo", "uniform"} and results["seeds"] == [0, 1]
     assert [(run["allocator"], run["seed"]) for run in results["runs"]] == [
-        ("uniform-history", 0), ("uniform", 0), ("uniform-history", 1), ("uniform", 1)]
+        ("spo", 0), ("uniform", 0), ("spo", 1), ("uniform", 1)]
     assert results["machine"]["simd_flags"] and results["machine"]["code"]
     assert all(run["machine"]["torch_threads"] == 1 for run in results["runs"])
     from trl_budget.demo.study_stats import study_metric
 
-    paired = results["summary"]["uniform-history"]["paired"]
+    paired = results["summary"]["spo"]["paired"]
     by_seed = {(run["allocator"], run["seed"]): run for run in results["runs"]}
-    expected = [study_metric(by_seed["uniform-history", seed]) - study_metric(by_seed["uniform", seed])
-                for seed in (0, 1)]
+    expected = [study_metric(by_seed["spo", seed]) - study_metric(by_seed["uniform", seed]) for seed in (0, 1)]
     assert paired["held_out"]["differences"] == pytest.approx(expected)
     assert paired["held_out"]["diff"] == pytest.approx(np.mean(expected)) and len(paired["held_out"]["ci95"]) == 2
-    assert "uniform-history minus uniform, paired over 2 seeds:" in printed
+    assert "spo minus uniform, paired over 2 seeds:" in printed
     assert f"each seed: {expected[0] * 100:+.2f}, {expected[1] * 100:+.2f}" in printed
     for row in results["summary"].values():
         assert row["seeds"] == 2
@@ -114,9 +113,8 @@ def test_demo_end_to_end(tmp_path, capsys):
         assert len(run["effective_ratio"]) == 2  # one per generation batch
         assert [point["step"] for point in run["curve"]] == [0, 8, 16]
         assert sorted(map(int, run["histograms"])) == [8, 16]  # after each generation batch
-        for step, counts in run["histograms"].items():
-            assert len(counts) == 64 and sum(counts) == 512
-            assert min(counts) >= 2 and max(counts) <= 128
+        for step, counts in run["histograms"].items():  # SPO: 512 prompts x 1 rollout; uniform: 64 x 8
+            assert sum(counts) == 512 and set(counts) == ({1} if run["allocator"] == "spo" else {8})
     check_png(output / "demo_report.png")
 
     # Two at a time, each in a process of its own on one thread: the same figures, seed by seed.
@@ -146,8 +144,11 @@ def test_demo_end_to_end(tmp_path, capsys):
 @pytest.mark.parametrize("bad, says", [
     (["--allocator", "greedy"], "invalid choice"), (["--steps", "0"], "positive integer"),
     (["--steps", "many"], "positive integer"), (["--advantage-baseline", "all_rollouts"], "invalid choice"),
-    (["--probe", "2"], "leave --probe at 0 or choose another --allocator"),
-    (["--advantage-baseline", "group"], "choose --advantage-baseline history, or another --allocator"),
+    (["--probe", "2"], "without a probe stage; leave --probe at 0 or choose another --allocator"),
+    (["--advantage-baseline", "group"], "choose --advantage-baseline history, or leave it to SPO's own"),
+    (["--allocator", "uniform", "--probe", "2"], "leave --probe at 0 or choose another --allocator"),
+    (["--allocator", "uniform", "--advantage-baseline", "group"],
+     "choose --advantage-baseline history, or another --allocator"),
     (["--allocator", "reinforce_ada", "--probe", "2"], "Reinforce-Ada generates in rounds of its own"),
 ])
 def test_demo_rejects_bad_options(bad, says, capsys, tmp_path):
@@ -368,18 +369,36 @@ def test_the_demo_prints_the_answer_the_study_recorded():
     assert f"{primary['diff'] * 100:+.2f} point [{low * 100:+.2f}, {high * 100:+.2f}]".replace("-", "−") in readme
 
 
-def test_the_demo_prints_the_answer_the_fourth_study_recorded_for_its_default_pair():
-    from trl_budget.cli import BASELINE_ANSWER, DEMO_ALLOCATOR, DEMO_BASELINE, study_answer
+def test_the_demo_prints_the_answer_the_fourth_study_recorded_for_uniform_with_the_history_baseline():
+    from trl_budget.cli import BASELINE_ANSWER, UNIFORM_BASELINE, study_answer, what_you_see
 
     study = json.loads((ROOT / "benchmarks" / "fourth_study" / "results" / "fourth_study.json").read_text())
     recorded = json.loads(BASELINE_ANSWER.read_text())
     primary = study["primary"][recorded["comparison"]]
-    assert recorded["comparison"] == "arithmetic: uniform-n8-history - uniform-n8"
-    assert (DEMO_ALLOCATOR, DEMO_BASELINE) == ("uniform", "history")
+    assert recorded["comparison"] == "arithmetic: uniform-n8-history - uniform-n8" and UNIFORM_BASELINE == "history"
     assert recorded["primary"] == {name: primary[name] for name in recorded["primary"]}
     low, high = primary["ci95"]
     assert f"{primary['diff'] * 100:+.2f} points" in study_answer(BASELINE_ANSWER)
     assert f"[{low * 100:+.2f}, {high * 100:+.2f}]" in recorded["answer"]
+    assert study_answer(BASELINE_ANSWER) in what_you_see("uniform-history", "uniform", UNIFORM_BASELINE)
+
+
+def test_the_demo_prints_the_answer_the_fifth_study_recorded_for_its_default_pair():
+    import defaults_rule
+
+    from trl_budget import BudgetGRPOConfig
+    from trl_budget.cli import DEMO_ALLOCATOR, SPO_ANSWER, what_you_see
+
+    # The default pair is the trainer's defaults against uniform GRPO, and its answer is what the study's stored
+    # results give (defaults_rule.py writes it).
+    assert DEMO_ALLOCATOR == BudgetGRPOConfig(output_dir="unused", use_cpu=True, report_to=[]).budget_allocator
+    study = json.loads(defaults_rule.RESULTS.read_text())
+    assert json.loads(SPO_ANSWER.read_text()) == json.loads(json.dumps(defaults_rule.demo_answer(study)))
+    test = study["secondary"]["arithmetic"][defaults_rule.DEMO_COMPARISON]
+    low, high = test["ci95"]
+    said = what_you_see("spo", "spo", None)
+    assert "the fifth study" in said and f"{test['diff'] * 100:+.2f} points" in said
+    assert f"[{low * 100:+.2f}, {high * 100:+.2f}]" in said and test["holm"]["significant"]
 
 
 def test_the_readme_states_the_third_studys_primary_answer_as_recorded():

@@ -16,20 +16,24 @@ from pathlib import Path
 from .allocators import allocator_names
 from .demo.settings import REINFORCE_ADA_AT_EQUAL_COST, REINFORCE_ADA_TRAINED, RLSettings, WarmStartSettings
 
-# The demo's default is what the fourth study found pays in this regime: uniform GRPO with each prompt's history as
-# its advantage baseline, against uniform GRPO (benchmarks/fourth_study/fourth_study.py, its first primary comparison).
-DEMO_ALLOCATOR, DEMO_PROBE, DEMO_BASELINE = "uniform", 0, "history"
-# Paired seeds: four pairs of this regime's runs train in about three minutes on 2 cores, two at once (the fourth
-# study's stored runs took a median 42 s under uniform GRPO and 49 s with the history baseline, one thread each). A
-# run trains on one thread whatever the processes, so more cores finish sooner with the same figures.
+# The demo's default is the trainer's: SPO without its offline prior (the fifth study's answer, which
+# benchmarks/fifth_study/defaults_rule.py turned into the defaults), against uniform GRPO at the same rollouts: 512
+# prompts x 1 rollout a generation batch against 64 x 8. `--allocator uniform` compares uniform GRPO with the history
+# baseline instead (the fourth study's first primary).
+DEMO_ALLOCATOR, DEMO_PROBE, UNIFORM_BASELINE = "spo", 0, "history"
+# Paired seeds: four pairs of this regime's runs train in about four minutes on 2 cores, two at once (the fifth
+# study's stored arithmetic runs took a median 68 s under SPO without its prior and 54 s under uniform GRPO, one thread
+# each). A run trains on one thread whatever the processes, so more cores finish sooner with the same figures.
 DEMO_SEEDS = 4
 # The cores this process may run on (a container or taskset can allow fewer than the machine has).
 DEMO_PROCESSES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-DEMO_BASELINES = ("group", "history")  # the two the fourth study compares; Reinforce-Ada's own is its default
-# Each written by its study from its stored runs: the allocation study's (an allocator against uniform GRPO) and the
-# fourth study's (the history baseline against GRPO's group baseline, uniform GRPO both).
+DEMO_BASELINES = ("group", "history")  # the two the fourth study compares; the allocator's own is the default
+# Each written by its study from its stored runs: the allocation study's (an allocator against uniform GRPO), the
+# fourth study's (the history baseline against GRPO's group baseline, uniform GRPO both) and the fifth study's (the
+# trainer's defaults, SPO, against uniform GRPO).
 STUDY_ANSWER = Path(__file__).with_name("demo") / "study_answer.json"
 BASELINE_ANSWER = Path(__file__).with_name("demo") / "baseline_answer.json"
+SPO_ANSWER = Path(__file__).with_name("demo") / "spo_answer.json"
 WHAT_YOU_SEE = (
     "What you see: greedy held-out accuracy against rollouts spent for {variant} and for uniform GRPO at the same "
     "budget (left), the share of rollouts that carry a gradient (middle), and how many rollouts each prompt got "
@@ -47,11 +51,12 @@ def study_answer(answer: Path = STUDY_ANSWER) -> str:
 
 
 def what_you_see(variant: str, allocator: str, baseline: str | None) -> str:
-    """The closing sentence: the study that answers for the variant's seed-0 figures (the fourth study for the
-    default pair, whose first primary it is; the allocation study for an allocator)."""
-    if (allocator, baseline) == (DEMO_ALLOCATOR, DEMO_BASELINE):
-        return WHAT_YOU_SEE.format(variant=variant, study="the fourth study", answer=study_answer(BASELINE_ANSWER))
-    return WHAT_YOU_SEE.format(variant=variant, study="the allocation study", answer=study_answer())
+    """The closing sentence: the study that answers for the compared run (the fifth study for the default pair, SPO
+    with its own baseline; the fourth for uniform with the history baseline; the allocation study otherwise)."""
+    study, answer = {("spo", None): ("the fifth study", SPO_ANSWER),
+                     ("uniform", UNIFORM_BASELINE): ("the fourth study", BASELINE_ANSWER)}.get(
+        (allocator, baseline), ("the allocation study", STUDY_ANSWER))
+    return WHAT_YOU_SEE.format(variant=variant, study=study, answer=study_answer(answer))
 
 
 MAX_SEED = 2**32 - 1  # numpy's legacy seeding, which transformers' set_seed calls, takes nothing larger
@@ -101,15 +106,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="train a tiny model on built-in arithmetic with an allocator or advantage baseline and with uniform "
         "GRPO, and compare",
         description="Warm-start a tiny model on built-in arithmetic (cached), then train it with BudgetGRPOTrainer "
-        "(by default uniform GRPO with the history advantage baseline) and with uniform GRPO at the same rollout "
-        "budget; print a table and write a PNG report.",
+        "(by default with the trainer's defaults: SPO, one rollout for each of 8 times the prompts, drawn by SPO's "
+        "weights) and with uniform GRPO at the same rollout budget, on paired seeds; print a table and the paired "
+        "differences, and write a PNG report.",
     )
     demo.add_argument("--allocator", choices=allocator_names(), default=DEMO_ALLOCATOR,
                       help=f"allocator of the run compared with uniform GRPO (default: {DEMO_ALLOCATOR})")
     demo.add_argument("--advantage-baseline", choices=DEMO_BASELINES, default=None,
                       help=f"what each reward is compared with in that run: BudgetGRPOConfig's advantage_baseline "
-                      f"(default: {DEMO_BASELINE} with the uniform allocator, else the allocator's own: GRPO's group, "
-                      "Reinforce-Ada's all rollouts)")
+                      f"(default: {UNIFORM_BASELINE} with the uniform allocator, else the allocator's own: SPO's, "
+                      "GRPO's group, Reinforce-Ada's all rollouts)")
     demo.add_argument("--probe", type=_probe, default=DEMO_PROBE,
                       help=f"rollouts of every prompt in a probe stage before allocating (default: {DEMO_PROBE}; 0: none)")
     demo.add_argument("--steps", type=_positive, default=RLSettings.study().steps,
@@ -183,10 +189,10 @@ def make_report(options: argparse.Namespace) -> int:
 
 def demo_baseline(options: argparse.Namespace) -> str | None:
     """The compared run's advantage baseline: the one asked for; else the history with the uniform allocator (the
-    demo's default pair), the allocator's own otherwise (None)."""
+    fourth study's pair), the allocator's own otherwise (None; SPO's under the default allocator)."""
     if options.advantage_baseline is not None:
         return options.advantage_baseline
-    return DEMO_BASELINE if options.allocator == "uniform" else None
+    return UNIFORM_BASELINE if options.allocator == "uniform" else None
 
 
 def demo_variant(allocator: str, probe: int, baseline: str | None,
@@ -261,6 +267,12 @@ def refuse_demo_options(options: argparse.Namespace) -> None:
     error = options.subparser.error
     if options.allocator == "reinforce_ada" and options.probe:
         error("argument --probe: Reinforce-Ada generates in rounds of its own; leave --probe at 0")
+    if options.allocator == "spo" and options.probe:
+        error("argument --probe: SPO gives every prompt one rollout, drawn by its weights, without a probe stage; leave "
+              "--probe at 0 or choose another --allocator")
+    if options.allocator == "spo" and options.advantage_baseline == "group":
+        error("argument --advantage-baseline: SPO trains one rollout a prompt, so GRPO's group baseline has no other "
+              "rollout to compare it with; choose --advantage-baseline history, or leave it to SPO's own")
     if options.allocator == "uniform" and options.probe:
         error("argument --probe: the uniform allocator gives every prompt the same rollouts, so a probe stage changes "
               "nothing; leave --probe at 0 or choose another --allocator")

@@ -1,6 +1,9 @@
 """Which rule the trainer's defaults set, decided from the fifth study's results by a rule fixed before they were read.
 
-    python benchmarks/fifth_study/defaults_rule.py      # the rule results/fifth_study.json gives
+    python benchmarks/fifth_study/defaults_rule.py      # the rule results/fifth_study.json gives, and the demo's answer
+
+It also writes the answer `trl-budget demo` prints for its default pair (the trainer's defaults against uniform GRPO),
+`trl_budget/demo/spo_answer.json`: the study's `spo-no-prior - uniform-n8` on arithmetic, the demo's task and regime.
 
 The fourth study settled the allocation: no rule that moves rollouts gained on a second task family, and Knapsack RL
 (the old default) lost where waste is heavy, so the default allocation is uniform GRPO's unless SPO, which also
@@ -21,6 +24,9 @@ import json
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results" / "fifth_study.json"
+DEMO_ANSWER = Path(__file__).resolve().parents[2] / "trl_budget" / "demo" / "spo_answer.json"
+# The study's arm the defaults train (SPO, its prior off) against uniform GRPO, in the demo's task and regime.
+DEMO_COMPARISON, DEMO_FAMILY = "arithmetic: spo-no-prior - uniform-n8", "arithmetic"
 FAMILIES = ("arithmetic", "sorting", "brackets")
 # The settings each outcome makes the defaults: every one a BudgetGRPOConfig field.
 DEFAULTS = {
@@ -51,6 +57,33 @@ def chosen_rule(study: dict) -> str:
     return "group" if any(verdict(test) < 0 for test in history_vs_uniform) else "history"
 
 
+def points(value: float) -> str:
+    return f"{value * 100:+.2f}"
+
+
+def demo_answer(study: dict) -> dict:
+    """What the demo prints for its default pair: the study's test of the defaults' arm against uniform GRPO in the
+    demo's regime, with the registered primary (SPO with its prior) and the room gate for scale."""
+    test = study["secondary"][DEMO_FAMILY][DEMO_COMPARISON]
+    primary = study["primary"][f"{DEMO_FAMILY}: spo - uniform-n8"]
+    gate = study["room_gates"][DEMO_FAMILY]
+    low, high = test["ci95"]
+    p = f"= {test['p']:.3f}" if test["p"] >= 0.001 else "< 0.001"
+    held = "significant" if test["holm"]["significant"] else "not significant"
+    answer = (f"SPO as the trainer's defaults run it (one rollout a prompt, drawn by SPO's weights, its baseline, no "
+              f"offline prior) against uniform GRPO at the same rollouts and updates: {points(test['diff'])} points of "
+              f"greedy held-out accuracy (95% interval [{points(low)}, {points(high)}], exact p {p}, "
+              f"{test['seeds']} paired seeds; {held} after Holm over the family's "
+              f"{len(study['secondary'][DEMO_FAMILY])} secondaries). With its offline prior, the study's primary: "
+              f"{points(primary['diff'])}. For scale: uniform with twice the rollouts gains {points(gate['diff'])}.")
+    return {"answer": answer, "comparison": DEMO_COMPARISON, "metric": study["preregistered"]["metric"],
+            "test": {name: test[name] for name in ("diff", "ci95", "p", "seeds", "complete")},
+            "significant_after_holm": test["holm"]["significant"], "room_gate": gate}
+
+
 if __name__ == "__main__":
-    rule = chosen_rule(json.loads(RESULTS.read_text()))
+    study = json.loads(RESULTS.read_text())
+    rule = chosen_rule(study)
     print(rule, DEFAULTS[rule])
+    DEMO_ANSWER.write_text(json.dumps(demo_answer(study), indent=2) + "\n")
+    print(f"{DEMO_ANSWER}: {demo_answer(study)['answer']}")
