@@ -6,7 +6,7 @@
 
 A run's floats are bit for bit the same only within one instruction-set class: torch's CPU kernels (and MKL's and
 oneDNN's) are chosen by the CPU's SIMD flags, so another class gives other sums and another trajectory from the same
-seed. The three variables above make torch, MKL and oneDNN run their AVX2 kernels on an AVX-512 CPU; the record
+seed (and another vendor's CPU of the same class can too: docs/studies/fifth.md, re-training the runs). The three variables above make torch, MKL and oneDNN run their AVX2 kernels on an AVX-512 CPU; the record
 names the kernels torch ran and the variables that were set. Each record holds the demo's printed figures (per arm,
 and each seed's paired differences with their interval), its seconds with the load average before it started (the
 README quotes seconds only from a record made with nothing beside it) and the digest of the code that printed them.
@@ -14,7 +14,8 @@ README quotes seconds only from a record made with nothing beside it) and the di
 results/demo.json is the record of the demo as it was before paired seeds: seed 0 alone, one process on two threads,
 on an AMD EPYC family 25 model 1 (AVX2 kernels). results/avx2_kernels.json shows that the three variables make this
 AVX-512 machine compute as that AVX2 one: that demo, and a stored fourth-study run trained there, re-trained here bit
-for bit under them.
+for bit under them. results/history_pair/ holds the records of the default pair before the fifth study (uniform GRPO
+with and without the history baseline, `trl-budget demo --allocator uniform` now).
 """
 
 from __future__ import annotations
