@@ -63,6 +63,7 @@ def test_a_trainer_given_no_budget_setting_trains_spo_and_says_so(tmp_path, toke
     lines = [record.getMessage() for record in caplog.records if record.getMessage().startswith("Rollout budget:")]
     assert len(lines) == 1 and "(budget_allocator='spo')" in lines[0] and "drawn by SPO's weights" in lines[0]
     assert lines[0].endswith("advantage baseline 'spo'.")
+    assert "1 rollout for each of the generation batch's 8 prompts (num_generations=4 is not read)" in lines[0]
     for plan, _, _ in recorder.steps:  # 8 rollouts a step, as GRPO's batch: one for each of 8 prompts
         assert plan.counts.tolist() == [1] * 8
     assert trainer.spo is not None and len(trainer.spo.tracker) > 0

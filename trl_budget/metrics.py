@@ -152,6 +152,10 @@ def rule_in_effect(args, allocator, baseline: str) -> str:
                                     ("dynamic sampling", args.dynamic_sampling)) if on]
     prompts = {"spo": "drawn by SPO's weights", "value": "drawn by the allocator's value"}.get(
         args.resolved_prompt_sampling(), "in TRL's sampler's order")
-    return (f"Rollout budget: allocation by {allocator!r} (budget_allocator={args.budget_allocator!r})"
+    per_prompt = getattr(allocator, "rollouts_per_prompt", None)  # SPO's layout: the batch's size in prompts
+    layout = ("" if per_prompt is None else f", {per_prompt} rollout{'s' if per_prompt > 1 else ''} for each of the "
+              f"generation batch's {args.generation_batch_size // per_prompt} prompts (num_generations="
+              f"{args.num_generations} is not read)")
+    return (f"Rollout budget: allocation by {allocator!r} (budget_allocator={args.budget_allocator!r}){layout}"
             f"{', with ' + ' and '.join(stages) if stages else ', in one shot'}; prompts {prompts}; advantage "
             f"baseline {baseline!r}.")
