@@ -399,6 +399,10 @@ def test_the_demo_prints_the_answer_the_fifth_study_recorded_for_its_default_pai
     said = what_you_see("spo", "spo", None)
     assert "the fifth study" in said and f"{test['diff'] * 100:+.2f} points" in said
     assert f"[{low * 100:+.2f}, {high * 100:+.2f}]" in said and test["holm"]["significant"]
+    # SPO with the history baseline, which no study ran: said so, not another study's answer (before: the allocation
+    # study's, about Knapsack RL).
+    other = what_you_see("spo-history", "spo", "history")
+    assert "no study of this regime ran spo-history" in other and "Knapsack" not in other
 
 
 def test_the_readme_states_the_third_studys_primary_answer_as_recorded():

@@ -190,3 +190,25 @@ def test_the_wheel_lists_every_subpackage():
     root = Path(__file__).resolve().parents[1]
     listed = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
     assert set(listed) == set(find_packages(str(root), include=["trl_budget*"])) | {"trl_budget.accelerate_configs"}
+
+
+def test_trls_group_size_check_says_the_default_rule_does_not_read_it(tmp_path):
+    # Before: TRL's bare "must be divisible by num_generations (16)", for a setting the default rule (SPO) never reads.
+    with pytest.raises(ValueError, match=r"^generation_batch_size \(8\) must be divisible by num_generations \(16\)\. "
+                                         r"TRL checks it under every rule, though under budget_allocator='spo' \(the "
+                                         r"default\) num_generations is not read: .* or budget_allocator='uniform'"):
+        BudgetGRPOConfig(str(tmp_path), use_cpu=True, report_to=[], num_generations=16)
+    with pytest.raises(ValueError, match=r"^generation_batch_size \(8\) must be divisible by num_generations \(16\)\.$"):
+        BudgetGRPOConfig(str(tmp_path), use_cpu=True, report_to=[], budget_allocator="uniform", num_generations=16)
+
+
+@pytest.mark.parametrize("setting, message", [
+    # Before: "this run's allocator is 'spo'", "(this run's: None)", and no way back to GRPO's groups.
+    ({"knapsack_fallback": False}, "but this run's is budget_allocator='spo' (the default), which would ignore it"),
+    ({"advantage_history_window": 8.0}, "advantage_baseline='history' (this run's: 'spo'), which would ignore it"),
+    ({"advantage_baseline": "group"}, "or set budget_allocator='uniform' for GRPO's groups."),
+])
+def test_a_setting_over_the_defaults_that_cannot_work_says_the_rule_is_the_default(tmp_path, setting, message):
+    with pytest.raises(ValueError) as refused:
+        BudgetGRPOConfig(str(tmp_path), use_cpu=True, report_to=[], **setting)
+    assert message in str(refused.value)

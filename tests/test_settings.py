@@ -93,8 +93,9 @@ def test_a_count_beyond_any_batch_is_refused_at_construction(tmp_path, overrides
     [
         # Another allocator's options.
         ({"budget_allocator": "knapsack", "reinforce_ada_choice": "bogus"},
-         r"^reinforce_ada_choice='bogus' is read only by budget_allocator='reinforce_ada', but this run's allocator is "
-         r"'knapsack', which would ignore it\. Remove reinforce_ada_choice, or set budget_allocator='reinforce_ada'"),
+         r"^reinforce_ada_choice='bogus' is read only by budget_allocator='reinforce_ada', but this run's is "
+         r"budget_allocator='knapsack', which would ignore it\. Remove reinforce_ada_choice, or set "
+         r"budget_allocator='reinforce_ada'"),
         ({"budget_allocator": "uniform", "reinforce_ada_max_generated": 512}, "^reinforce_ada_max_generated=512 is "),
         ({"budget_allocator": "coba", "knapsack_fallback": False}, "^knapsack_fallback=False is read only by "
                                                                    "budget_allocator='knapsack'"),

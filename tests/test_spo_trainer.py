@@ -164,6 +164,16 @@ def test_rewards_outside_the_unit_interval_are_refused(tmp_path, tokenizer):
     with pytest.raises(ValueError, match="advantage_baseline='spo' counts each reward as a share of a success .* "
                                          "rewards must lie in \\[0, 1\\]; a rollout's weighted reward is 2.0"):
         trainer.train()
+    # Under the defaults the fix names the rule the user never chose, and the one setting that leaves it.
+    from trl_budget import BudgetGRPOTrainer
+
+    default = BudgetGRPOTrainer(model=build_tiny_model(tokenizer), reward_funcs=doubled, train_dataset=make_dataset(),
+                                args=BudgetGRPOConfig(**grpo_kwargs(tmp_path / "default", max_steps=1)),
+                                processing_class=tokenizer)
+    with pytest.raises(ValueError, match=r"into \[0, 1\], or, for rewards on another scale, set "
+                                         r"budget_allocator='uniform' \(GRPO's groups; this run's is "
+                                         r"budget_allocator='spo' \(the default\)\)\.$"):
+        default.train()
 
 
 def test_spos_baseline_inside_groups_and_its_sampling_under_another_allocator(tmp_path, tokenizer):
@@ -348,7 +358,8 @@ def test_rewards_outside_the_unit_interval_are_refused_wherever_spos_tracker_lea
 
     trainer = make_trainer(tmp_path, tokenizer, max_steps=2, reward_funcs=penalty, prompt_sampling="spo")
     with pytest.raises(ValueError, match="^SPO's tracker counts each reward as a share of a success .* a rollout's "
-                                         "weighted reward is -1.0"):
+                                         "weighted reward is -1.0.* or set advantage_baseline and prompt_sampling "
+                                         "to rules without SPO's tracker"):
         trainer.train()
 
 

@@ -38,9 +38,11 @@ WHAT_YOU_SEE = (
     "What you see: greedy held-out accuracy against rollouts spent for {variant} and for uniform GRPO at the same "
     "budget (left), the share of rollouts that carry a gradient (middle), and how many rollouts each prompt got "
     "(right), each the mean over the seeds. One seed's accuracy moves about a point either way, so a few paired seeds "
-    "tell apart only what their interval above keeps away from 0; {study} of this regime answers with 20 paired seeds "
-    "(docs/choosing.md): {answer}"
+    "tell apart only what their interval above keeps away from 0; "
 )
+STUDY_SAYS = "{study} of this regime answers with 20 paired seeds (docs/choosing.md): {answer}"
+NO_STUDY_SAYS = ("no study of this regime ran {variant}. The fifth study answers for SPO with its own baseline "
+                 "(docs/choosing.md): {answer}")
 
 
 def study_answer(answer: Path = STUDY_ANSWER) -> str:
@@ -53,10 +55,13 @@ def study_answer(answer: Path = STUDY_ANSWER) -> str:
 def what_you_see(variant: str, allocator: str, baseline: str | None) -> str:
     """The closing sentence: the study that answers for the compared run (the fifth study for the default pair, SPO
     with its own baseline; the fourth for uniform with the history baseline; the allocation study otherwise)."""
+    seen = WHAT_YOU_SEE.format(variant=variant)
+    if allocator == "spo" and baseline is not None:  # no study ran SPO's layout with another baseline
+        return seen + NO_STUDY_SAYS.format(variant=variant, answer=study_answer(SPO_ANSWER))
     study, answer = {("spo", None): ("the fifth study", SPO_ANSWER),
                      ("uniform", UNIFORM_BASELINE): ("the fourth study", BASELINE_ANSWER)}.get(
         (allocator, baseline), ("the allocation study", STUDY_ANSWER))
-    return WHAT_YOU_SEE.format(variant=variant, study=study, answer=study_answer(answer))
+    return seen + STUDY_SAYS.format(study=study, answer=study_answer(answer))
 
 
 MAX_SEED = 2**32 - 1  # numpy's legacy seeding, which transformers' set_seed calls, takes nothing larger

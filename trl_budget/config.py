@@ -14,7 +14,7 @@ from .checks import (
 )
 from .settings.allocation import AllocationSettings, parsed_allocator_kwargs
 from .settings.baselines import BaselineSettings
-from .settings.batches import BatchSettings
+from .settings.batches import BatchSettings, with_the_rules_reading
 from .settings.renamed import RenamedSettings
 from .settings.spo import SPOSettings
 from .settings.tracker import TrackerSettings
@@ -575,7 +575,10 @@ class BudgetGRPOConfig(GRPOConfig, AllocationSettings, TrackerSettings, BatchSet
 
     def __post_init__(self):
         self.apply_renamed_settings()
-        super().__post_init__()
+        try:
+            super().__post_init__()
+        except ValueError as error:
+            raise ValueError(with_the_rules_reading(self, str(error))) from None
         self.check_budget_settings()
 
 

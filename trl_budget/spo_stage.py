@@ -19,11 +19,14 @@ import numpy as np
 import torch
 
 from .prompts import keys_of
+from .settings.common import allocator_in_words
 from .spo import SPO_STATE_NAME, SPOTracker, forgetting_factor, is_token_ids, response_drift, spo_advantages, spo_prior
 
 __all__ = ["SPOStage", "SPO_STATE_NAME", "offline_priors", "offline_text"]
 
 _QUANTILES = (10, 30, 50, 70, 90)
+# A refusal's fix where the config is not known: every rule that reads SPO's tracker off.
+WITHOUT_SPO = "or train without SPO's baseline, prompt sampling and allocator"
 
 # `log_probs_of(prompts, completions)`: the current policy's log-probability of each completion's tokens (one array
 # per completion), given token ids.
@@ -44,6 +47,7 @@ class SPOStage:
         self.pending: dict[str, Any] | None = None  # the last batch's rows, not yet in the tracker
         self.prior_to_sample = False  # the run samples the priors before its first batch
         self.priors_given = False  # the config names offline scores (a file, a column, or the pre-pass)
+        self.other_rule = WITHOUT_SPO  # the fix a refusal of the rewards names
 
     @classmethod
     def for_run(cls, args, dataset) -> "SPOStage":
@@ -55,6 +59,7 @@ class SPOStage:
         stage = cls(tracker, normalize=args.scale_rewards != "none")
         stage.prior_to_sample = bool(args.spo_offline_sampling)
         stage.priors_given = args.has_spo_offline_scores()
+        stage.other_rule = rule_without_spo(args)
         return stage
 
     def set_sampled_priors(self, keys: list[str], rewards: np.ndarray, offline_n: int, seed: int) -> None:
@@ -79,7 +84,7 @@ class SPOStage:
         as GRPO reports it: whether the row's group (its prompt's rows of the batch) has rewards without spread."""
         row_keys = np.repeat(np.asarray(keys, dtype=object), counts)
         values = rewards.detach().to(torch.float64).cpu().numpy()
-        check_rewards_in_unit_interval(values, "advantage_baseline='spo'")
+        check_rewards_in_unit_interval(values, "advantage_baseline='spo'", self.other_rule)
         alpha, beta = self.tracker.beta_parameters(row_keys)
         p_hats = alpha / (alpha + beta)
         advantages = spo_advantages(values, p_hats, self.normalize)
@@ -92,7 +97,8 @@ class SPOStage:
                responses: dict[str, tuple[list[int], list[int]]]) -> None:
         """Keep the batch's trained rows (weighted `rewards` in plan order) and, KL-adaptive, the last row's prompt and
         completion ids of each prompt, until `settle`."""
-        check_rewards_in_unit_interval(rewards.detach().to(torch.float64).cpu().numpy(), "SPO's tracker")
+        check_rewards_in_unit_interval(rewards.detach().to(torch.float64).cpu().numpy(), "SPO's tracker",
+                                       self.other_rule)
         self.pending = {"keys": [str(key) for key in np.repeat(np.asarray(keys, dtype=object), counts)],
                         "rewards": [float(value) for value in rewards.detach().to(torch.float64).cpu().tolist()],
                         "responses": {key: {"prompt_ids": list(map(int, prompt)),
@@ -184,7 +190,17 @@ def _is_pending(pending: Any) -> bool:
     return all(isinstance(key, str) for key in pending["keys"]) and rewards_fit and responses_fit
 
 
-def check_rewards_in_unit_interval(rewards: np.ndarray, who: str) -> None:
+def rule_without_spo(args) -> str:
+    """The one change that trains `args`' run without SPO's tracker: under SPO's allocator (the default rule) GRPO's
+    groups; else the baseline and the sampling that read it."""
+    if args.budget_allocator == "spo":
+        return (f"or, for rewards on another scale, set budget_allocator='uniform' (GRPO's groups; this run's is "
+                f"{allocator_in_words(args)})")
+    return "or set advantage_baseline and prompt_sampling to rules without SPO's tracker ('history' and None, say)"
+
+
+def check_rewards_in_unit_interval(rewards: np.ndarray, who: str,
+                                   other_rule: str = WITHOUT_SPO) -> None:
     """SPO's Beta counts successes: alpha grows by r and beta by 1 - r, so a reward outside [0, 1] would make one of
     them negative and p leave [0, 1] (and the sampling weights NaN). The release trains 0/1 rewards; partial credit in
     between counts as a fraction."""
@@ -194,7 +210,7 @@ def check_rewards_in_unit_interval(rewards: np.ndarray, who: str) -> None:
         raise ValueError(
             f"{who} counts each reward as a share of a success (alpha grows by r, beta by 1 - r), so rewards must lie "
             f"in [0, 1]; a rollout's weighted reward is {float(outside[0])!r}. Scale the reward functions (or "
-            "reward_weights) into [0, 1], or train without SPO's baseline, prompt sampling and allocator."
+            f"reward_weights) into [0, 1], {other_rule}."
         )
 
 

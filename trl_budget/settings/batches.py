@@ -86,3 +86,14 @@ class BatchSettings:
                 UserWarning,
                 stacklevel=3,
             )
+
+
+def with_the_rules_reading(config, message: str) -> str:
+    """TRL's refusal of a setting, restated where the rule does not read it: TRL checks that num_generations divides
+    the generation batch under every rule, while SPO gives every prompt spo_rollouts_per_prompt rollouts instead."""
+    if config.budget_allocator != "spo" or "must be divisible by num_generations" not in message:
+        return message
+    return (f"{message} TRL checks it under every rule, though under {allocator_in_words(config)} num_generations is "
+            "not read: every prompt gets spo_rollouts_per_prompt rollouts. Set num_generations to a divisor of "
+            "generation_batch_size (2, say), or budget_allocator='uniform' for GRPO's groups of num_generations.")
+

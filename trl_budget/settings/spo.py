@@ -8,7 +8,7 @@ from ..checks import (
     check_optional_name,
     check_whole_number,
 )
-from .common import name_the_field
+from .common import allocator_in_words, name_the_field
 
 
 def parsed_rho(rho) -> str | float:
@@ -83,10 +83,11 @@ class SPOSettings:
         if self.budget_allocator == "spo" and self.spo_rollouts_per_prompt == 1 and baseline in ("group",
                                                                                                "all_rollouts"):
             raise ValueError(
-                f"budget_allocator='spo' with spo_rollouts_per_prompt=1 trains one rollout a prompt, and "
+                f"{allocator_in_words(self)} with spo_rollouts_per_prompt=1 trains one rollout a prompt, and "
                 f"advantage_baseline={baseline!r} compares each rollout with its prompt's other rollouts of the batch: "
                 "there are none, so every advantage would be 0. Use advantage_baseline='spo' (SPO's) or 'history' "
-                "(the prompt's earlier visits), or raise spo_rollouts_per_prompt."
+                "(the prompt's earlier visits), raise spo_rollouts_per_prompt, or set budget_allocator='uniform' for "
+                "GRPO's groups."
             )
         if self.budget_allocator == "spo" and self.generation_batch_size % self.spo_rollouts_per_prompt:
             raise ValueError(

@@ -55,7 +55,7 @@ class UnreadSettings:
             if own and self.budget_allocator != allocator:
                 raise ValueError(
                     f"{own[0]}={changed[own[0]]!r} is read only by budget_allocator={allocator!r}, but this run's "
-                    f"allocator is {self.budget_allocator!r}, which would ignore it. Remove {own[0]}, or set "
+                    f"is {allocator_in_words(self)}, which would ignore it. Remove {own[0]}, or set "
                     f"budget_allocator={allocator!r}."
                 )
         dynamic = [name for name in changed if name.startswith("dynamic_sampling_")]
@@ -68,8 +68,8 @@ class UnreadSettings:
         if "advantage_history_window" in changed and self.advantage_baseline != "history":
             raise ValueError(
                 f"advantage_history_window={changed['advantage_history_window']!r} is read only with "
-                f"advantage_baseline='history' (this run's: {self.advantage_baseline!r}), which would ignore it. "
-                "Remove it, or set advantage_baseline='history'."
+                f"advantage_baseline='history' (this run's: {self.resolved_advantage_baseline()!r}), which would "
+                "ignore it. Remove it, or set advantage_baseline='history'."
             )
         rule, unread = self._rule_and_unread_settings()
         ignored = [name for name in unread if name in changed]
