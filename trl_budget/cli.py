@@ -22,7 +22,7 @@ from .demo.settings import REINFORCE_ADA_AT_EQUAL_COST, REINFORCE_ADA_TRAINED, R
 # baseline instead (the fourth study's first primary).
 DEMO_ALLOCATOR, DEMO_PROBE, UNIFORM_BASELINE = "spo", 0, "history"
 # Paired seeds: four pairs of this regime's runs train in about four minutes on 2 cores, two at once (the fifth
-# study's stored arithmetic runs took a median 68 s under SPO without its prior and 54 s under uniform GRPO, one thread
+# study's stored arithmetic runs took a median 69 s under SPO without its prior and 55 s under uniform GRPO, one thread
 # each). A run trains on one thread whatever the processes, so more cores finish sooner with the same figures.
 DEMO_SEEDS = 4
 # The cores this process may run on (a container or taskset can allow fewer than the machine has).

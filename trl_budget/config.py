@@ -39,7 +39,7 @@ class BudgetGRPOConfig(GRPOConfig, AllocationSettings, TrackerSettings, BatchSet
 
         budget_allocator (`str`, *optional*, defaults to `"spo"`):
             Allocation rule: `"spo"` (SPO: one rollout a prompt, its prompts drawn by SPO's weights, SPO's baseline;
-            the default, which beat uniform GRPO and the history baseline in the fifth study), `"uniform"` (GRPO's
+            the default, ahead of uniform GRPO on all three task families of the fifth study), `"uniform"` (GRPO's
             equal split), `"knapsack"` (Knapsack RL), `"coba"` (CoBA-RL), `"reinforce_ada"` (Reinforce-Ada's
             rounds), another name registered with `register_allocator`, or a dotted path to an allocator class
             (`"my_package.my_module:MyAllocator"`). Fields named `<allocator>_<option>` (`knapsack_fallback`, say) are

@@ -155,7 +155,8 @@ SECONDARY = {
     for regime in REGIMES
 }
 METRIC = "greedy held-out accuracy, mean of the last three evaluations"
-# The answer `trl-budget demo` prints beside its default pair, uniform GRPO with and without the history baseline
+# The answer `trl-budget demo --allocator uniform` prints beside its pair, uniform GRPO with and without the history
+# baseline (the demo's default pair until the fifth study)
 DEMO_ANSWER = Path(__file__).resolve().parents[2] / "trl_budget" / "demo" / "baseline_answer.json"
 ENGINE_BENCHMARKS = ("rounds_engine_cost-real.json", "rounds_engine_cost-real-more.json")
 # The other benchmarks' results the study reads: the third study's (its paired SD) and the engine benchmark's
