@@ -158,3 +158,23 @@ def test_a_retrained_run_is_compared_on_every_figure_the_stored_run_recorded():
     assert differences({**stored, "machine": machine}, {**stored, "machine": {**machine, "code": "12f13424533f55c8"}}) == []
     # The time SPO's prior took is wall time too.
     assert differences({**stored, "spo_prior_seconds": 12.0}, {**stored, "spo_prior_seconds": 15.7}) == []
+
+
+def test_a_retraining_check_is_recorded_with_its_command_machine_and_outcomes(tmp_path):
+    import argparse
+    import json
+
+    from retrain_stored import write_record
+
+    from trl_budget.demo.run_cache import code_digest
+
+    outcomes = [{"run": "fifth:brackets/spo:500", "stored_code": "9a5da54f907c91cb", "bit_for_bit": True,
+                 "figures_differing": 0, "outcome": "bit for bit"}]
+    args = argparse.Namespace(keep=None, against=tmp_path / "ref", runs=["fifth:brackets/spo:500"],
+                              record=tmp_path / "check.json")
+    write_record(args, outcomes)
+    record = json.loads((tmp_path / "check.json").read_text())
+    assert record["command"] == (f"OMP_NUM_THREADS=1 python benchmarks/common/retrain_stored.py --against "
+                                 f"{tmp_path / 'ref'} fifth:brackets/spo:500")
+    assert record["reference"] == str(tmp_path / "ref") and record["runs"] == outcomes
+    assert record["machine"]["code"] == code_digest() and record["machine"]["simd_flags"]

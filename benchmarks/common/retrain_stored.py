@@ -16,6 +16,8 @@ study's in two steps on that machine: re-train with the study's code (its commit
 
     OMP_NUM_THREADS=1 python benchmarks/common/retrain_stored.py --keep /tmp/here fifth:brackets/spo:500   # study code
     OMP_NUM_THREADS=1 python benchmarks/common/retrain_stored.py --against /tmp/here fifth:brackets/spo:500  # later
+
+`--record FILE` also writes the check as JSON: its command, the reference, the machine and code, each run's outcome.
 Until the move to benchmarks/common/ this script was benchmarks/retrain_stored.py (the path the commands stored with its
 results name).
 """
@@ -66,8 +68,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--keep", type=Path, help="store the re-trained runs in this run cache (default: a temporary one)")
     parser.add_argument("--against", type=Path,
                         help="compare with the runs stored in this run cache instead of the study's committed ones")
+    parser.add_argument("--record", type=Path,
+                        help="also write what was compared, on which machine and code, and each outcome, as JSON")
     args = parser.parse_args(argv)
-    failed = 0
+    failed, outcomes = 0, []
     for run in args.runs:
         arm, seed = run.rsplit(":", 1)
         # "fifth:regime/label" names a run of the fifth study, "regime/label" one of the fourth, a bare label one of
@@ -82,9 +86,27 @@ def main(argv: list[str]) -> int:
             retrained = study_run(*job, quick=False, run_cache=args.keep or Path(folder))["result"]
         found = differences(stored, retrained)
         failed += bool(found)
-        print(f"{arm} seed {seed}: " + ("bit for bit" if not found else
-                                          f"{len(found)} figures differ, first: {'; '.join(found[:3])}"))
+        outcome = "bit for bit" if not found else f"{len(found)} figures differ, first: {'; '.join(found[:3])}"
+        outcomes.append({"run": run, "stored_code": stored.get("machine", {}).get("code"), "bit_for_bit": not found,
+                         "figures_differing": len(found), "outcome": outcome})
+        print(f"{arm} seed {seed}: {outcome}")
+    if args.record:
+        write_record(args, outcomes)
     return 1 if failed else 0
+
+
+def write_record(args, outcomes: list[dict]) -> None:
+    """The check as run: its command, the reference it compared with, the machine and code that re-trained."""
+    import json
+
+    from trl_budget.demo.machine import machine_record
+
+    command = "OMP_NUM_THREADS=1 python benchmarks/common/retrain_stored.py " + " ".join(
+        [*(["--keep", str(args.keep)] if args.keep else []), *(["--against", str(args.against)] if args.against else []),
+         *args.runs])
+    args.record.write_text(json.dumps({
+        "command": command, "reference": str(args.against) if args.against else "the study's committed runs",
+        "machine": machine_record(), "runs": outcomes}, indent=1) + "\n")
 
 
 if __name__ == "__main__":
