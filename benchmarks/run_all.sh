@@ -95,10 +95,17 @@ python benchmarks/fifth_study/pilot.py --pilot 3 --stored-only
 OMP_NUM_THREADS=1 python benchmarks/fifth_study/arms_pilot.py --processes 1
 OMP_NUM_THREADS=1 python benchmarks/fifth_study/fifth_study.py
 # Read after the study: the comparisons not pre-registered (post hoc), the defaults' rule (fixed before any figure was
-# read), and two stored runs re-trained on the code at HEAD
+# read) with the demo's answer for its default pair, and two stored runs re-trained on the code at HEAD: on the CPU kind
+# that trained them directly; on another (here an Intel Xeon), with the study's code first and then against it
 python benchmarks/fifth_study/post_hoc.py
 python benchmarks/fifth_study/defaults_rule.py
 OMP_NUM_THREADS=1 python benchmarks/common/retrain_stored.py fifth:brackets/spo:500 fifth:sorting/uniform-n8-history:501
+git worktree add /tmp/study_code fca3fcc && (cd /tmp/study_code && PYTHONPATH=/tmp/study_code OMP_NUM_THREADS=1 \
+    python "$OLDPWD/benchmarks/common/retrain_stored.py" --keep /tmp/study_ref \
+    --record "$OLDPWD/benchmarks/fifth_study/results/retrain_intel_study_code.json" \
+    fifth:brackets/spo:500 fifth:sorting/uniform-n8-history:501)
+OMP_NUM_THREADS=1 python benchmarks/common/retrain_stored.py --against /tmp/study_ref \
+    --record benchmarks/fifth_study/results/retrain_intel_head.json fifth:brackets/spo:500 fifth:sorting/uniform-n8-history:501
 
 # The first allocation study (pool regime, 6 pre-registered variants x 5 paired seeds): two single-threaded processes,
 # one per core; then the exploratory variant added after their first results; then one summary over all the runs

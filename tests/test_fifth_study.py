@@ -145,3 +145,17 @@ def test_the_trainers_defaults_are_the_rule_the_study_gives_as_its_spo_no_prior_
     for name, value in fifth_study.ARMS["spo-no-prior"][1].items():
         assert resolved.get(name, getattr(config, name)) == value, name
     assert config.spo_offline_sampling is False  # the prior the study found no gain from stays off
+
+
+def test_the_retraining_on_another_cpu_kind_is_stated_as_recorded():
+    from pathlib import Path
+
+    page = " ".join((Path(__file__).resolve().parents[1] / "docs" / "studies" / "fifth.md").read_text().split())
+    study_code = json.loads((fifth_study.RESULTS / "retrain_intel_study_code.json").read_text())
+    head = json.loads((fifth_study.RESULTS / "retrain_intel_head.json").read_text())
+    assert study_code["machine"]["code"] == fifth_study.STUDY_CODE and study_code["reference"].startswith("the study")
+    assert [run["figures_differing"] for run in study_code["runs"]] == [1355, 1435]
+    assert "# 1355 and 1435 figures differ" in page and "from batch 14" in page and "from batch 27" in page
+    assert [run["run"] for run in head["runs"]] == [run["run"] for run in study_code["runs"]]
+    assert all(run["bit_for_bit"] for run in head["runs"]) and head["machine"]["cpu_model"] == "207"
+    assert f"(package digest `{head['machine']['code']}`) against them: both **bit for bit**" in page
