@@ -133,7 +133,7 @@ def test_demo_end_to_end(tmp_path, capsys):
     coba = json.loads((output / "demo_results.json").read_text())
     assert set(coba["summary"]) == {"coba-probe2"}
     assert all(min(counts) >= 2 for counts in coba["runs"][0]["histograms"].values())  # the probe's rollouts
-    assert "the allocation study" in capsys.readouterr().out
+    assert "the demo carries no study's answer for coba-probe2" in capsys.readouterr().out
     # Reinforce-Ada trains 4 of each prompt, and generates what uniform does.
     assert main(["demo", "--steps", "16", "--warm-start-steps", "40", "--output-dir", str(output), "--cache-dir",
                  str(tmp_path / "cache"), "--no-baseline", "--allocator", "reinforce_ada", "--seeds", "1"]) == 0
@@ -399,10 +399,16 @@ def test_the_demo_prints_the_answer_the_fifth_study_recorded_for_its_default_pai
     said = what_you_see("spo", "spo", None)
     assert "the fifth study" in said and f"{test['diff'] * 100:+.2f} points" in said
     assert f"[{low * 100:+.2f}, {high * 100:+.2f}]" in said and test["holm"]["significant"]
-    # SPO with the history baseline, which no study ran: said so, not another study's answer (before: the allocation
-    # study's, about Knapsack RL).
-    other = what_you_see("spo-history", "spo", "history")
-    assert "no study of this regime ran spo-history" in other and "Knapsack" not in other
+    # A pair no shipped answer covers says so, and is not given another pair's answer (before: the allocation study's,
+    # about Knapsack RL, for SPO with the history baseline, CoBA-RL, Reinforce-Ada and any probe).
+    for variant, allocator, baseline, probe in [("spo-history", "spo", "history", 0), ("coba", "coba", None, 0),
+                                                ("reinforce_ada", "reinforce_ada", None, 0),
+                                                ("knapsack-probe2", "knapsack", None, 2),
+                                                ("knapsack-history", "knapsack", "history", 0)]:
+        other = what_you_see(variant, allocator, baseline, probe)
+        assert f"the demo carries no study's answer for {variant}" in other and "Knapsack" not in other
+        assert f"{test['diff'] * 100:+.2f} points" in other  # and points to the default pair's
+    assert "Knapsack RL" in what_you_see("knapsack", "knapsack", None)  # the allocation study's own pair
 
 
 def test_the_readme_states_the_third_studys_primary_answer_as_recorded():

@@ -41,8 +41,13 @@ WHAT_YOU_SEE = (
     "tell apart only what their interval above keeps away from 0; "
 )
 STUDY_SAYS = "{study} of this regime answers with 20 paired seeds (docs/choosing.md): {answer}"
-NO_STUDY_SAYS = ("no study of this regime ran {variant}. The fifth study answers for SPO with its own baseline "
-                 "(docs/choosing.md): {answer}")
+NO_ANSWER_SAYS = ("the demo carries no study's answer for {variant} (docs/studies/ gives every arm the studies ran). "
+                  "The fifth study answers for the default pair, SPO against uniform GRPO (docs/choosing.md): {answer}")
+# The pairs whose answer a study of the demo's regime recorded, by the compared run's allocator, probe and baseline
+# (None: the allocator's own), and the study.
+ANSWERED_PAIRS = {("spo", 0, None): ("the fifth study", SPO_ANSWER),
+                  ("uniform", 0, UNIFORM_BASELINE): ("the fourth study", BASELINE_ANSWER),
+                  ("knapsack", 0, None): ("the allocation study", STUDY_ANSWER)}
 
 
 def study_answer(answer: Path = STUDY_ANSWER) -> str:
@@ -52,15 +57,13 @@ def study_answer(answer: Path = STUDY_ANSWER) -> str:
     return json.loads(answer.read_text())["answer"]
 
 
-def what_you_see(variant: str, allocator: str, baseline: str | None) -> str:
-    """The closing sentence: the study that answers for the compared run (the fifth study for the default pair, SPO
-    with its own baseline; the fourth for uniform with the history baseline; the allocation study otherwise)."""
+def what_you_see(variant: str, allocator: str, baseline: str | None, probe: int = 0) -> str:
+    """The closing sentence: the answer of the study that ran the compared pair, or, for a pair no shipped answer
+    covers, that it has none (not another pair's answer)."""
     seen = WHAT_YOU_SEE.format(variant=variant)
-    if allocator == "spo" and baseline is not None:  # no study ran SPO's layout with another baseline
-        return seen + NO_STUDY_SAYS.format(variant=variant, answer=study_answer(SPO_ANSWER))
-    study, answer = {("spo", None): ("the fifth study", SPO_ANSWER),
-                     ("uniform", UNIFORM_BASELINE): ("the fourth study", BASELINE_ANSWER)}.get(
-        (allocator, baseline), ("the allocation study", STUDY_ANSWER))
+    if (allocator, probe, baseline) not in ANSWERED_PAIRS:
+        return seen + NO_ANSWER_SAYS.format(variant=variant, answer=study_answer(SPO_ANSWER))
+    study, answer = ANSWERED_PAIRS[allocator, probe, baseline]
     return seen + STUDY_SAYS.format(study=study, answer=study_answer(answer))
 
 
@@ -260,7 +263,7 @@ def run_demo(options: argparse.Namespace) -> dict:
         print()
         print(format_paired(label, summary[label]))
     print()
-    print(what_you_see(label, options.allocator, baseline))
+    print(what_you_see(label, options.allocator, baseline, options.probe))
     print()
     print(f"report:  {report_path}")
     print(f"results: {results_path}")
