@@ -2,6 +2,7 @@
 multi-process run."""
 
 import os
+import socket
 import sys
 
 import numpy as np
@@ -12,6 +13,13 @@ from trl_budget import BudgetGRPOConfig, BudgetGRPOTrainer
 from trl_budget.demo.tiny import build_tiny_model
 
 ALPHABET = "0123456789+-*= "
+
+
+def free_port() -> int:
+    """A port nothing listens on now, so that two launches on one machine do not meet on accelerate's default."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def make_dataset(size: int = 6, seed: int = 0) -> Dataset:

@@ -3,14 +3,13 @@
 import json
 import re
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
-from helpers import ALPHABET, make_dataset
+from helpers import ALPHABET, free_port, make_dataset
 
 from trl_budget.cli import grpo_launch_command, process_count_arguments
 from trl_budget.demo.tiny import build_char_tokenizer, build_tiny_model
@@ -165,12 +164,6 @@ def rank_parity(completions, **kwargs):
         ranks.write(os.environ.get("RANK", "no rank") + "\\n")
     return [float(len(completion) % 2) for completion in completions]
 """
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.mark.slow

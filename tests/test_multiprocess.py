@@ -1,22 +1,15 @@
 import json
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import free_port
 
 from trl_budget.checkpoint import TRACKER_STATE_NAME
 
 pytestmark = pytest.mark.slow
-
-
-def free_port() -> int:
-    """A port nothing listens on now, so that two launches on one machine do not meet on accelerate's default."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def launch_command(tmp_path, mode, port: int) -> list[str]:

@@ -19,7 +19,6 @@ task, `vllm_engine/copy_task.py`), so a completion handed to the wrong prompt fa
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -35,7 +34,7 @@ if os.environ.get("TRL_BUDGET_REQUIRE_VLLM_ENGINE") != "1":  # CI sets it: there
     pytest.importorskip("vllm", reason="the vLLM engine tests run in their own venv: bash tests/vllm_engine/run.sh")
 
 import trl.generation.vllm_client as vllm_client  # noqa: E402
-from helpers import config_kwargs  # noqa: E402
+from helpers import config_kwargs, free_port  # noqa: E402
 from trl import GRPOTrainer  # noqa: E402
 from vllm_engine.copy_task import belongs_to_its_prompt, build_copy_model, copy_dataset, misplaced_rows  # noqa: E402
 from vllm_engine.engine_run import recording_requests, server_sync_replacements  # noqa: E402
@@ -48,12 +47,6 @@ ENGINE_START_TIMEOUT = 300  # seconds; about 40-60 s on 2 cores, the first time 
 @pytest.fixture(scope="session")
 def copy_model(tmp_path_factory):
     return build_copy_model(tmp_path_factory.mktemp("copy_model"))
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
