@@ -9,8 +9,8 @@ import numpy as np
 import torch
 from trl.trainer.utils import nanstd
 
-__all__ = ["advantages_against_all_rollouts", "advantages_against_moments", "grouped_advantages", "prompt_loss_weights",
-           "weighted_rewards"]
+__all__ = ["advantages_against_all_rollouts", "advantages_against_moments", "grouped_advantages", "groups_without_spread",
+           "prompt_loss_weights", "weighted_rewards"]
 
 
 def weighted_rewards(rewards_per_func: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
@@ -186,3 +186,14 @@ def prompt_loss_weights(counts: torch.Tensor, num_generations: int) -> torch.Ten
     """
     factors = num_generations / counts.to(torch.float32)
     return factors.repeat_interleave(counts)
+
+
+def groups_without_spread(rewards: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Per group of `counts[i]` consecutive rewards: whether its scored rewards all agree (a group of one does)."""
+    starts = np.cumsum(counts) - counts
+    agree = []
+    for start, count in zip(starts, counts):
+        scored = rewards[start : start + count]
+        scored = scored[~np.isnan(scored)]
+        agree.append(scored.size < 2 or bool(scored.min() == scored.max()))
+    return np.array(agree, dtype=bool)

@@ -14,7 +14,7 @@ from .checks import (
 )
 from .settings.allocation import AllocationSettings, parsed_allocator_kwargs
 from .settings.baselines import BaselineSettings
-from .settings.batches import BatchSettings, with_the_rules_reading
+from .settings.batches import BatchSettings, is_trl_group_check, sampler_group_size, trl_generation_batch
 from .settings.renamed import RenamedSettings
 from .settings.spo import SPOSettings
 from .settings.tracker import TrackerSettings
@@ -27,21 +27,25 @@ class BudgetGRPOConfig(GRPOConfig, AllocationSettings, TrackerSettings, BatchSet
     r"""
     Configuration class for the [`BudgetGRPOTrainer`].
 
-    Everything of [`~trl.GRPOConfig`] keeps its meaning but one: each generation batch still holds
-    `generation_batch_size` rollouts, so a step costs what it costs with `GRPOTrainer`, but the rule decides which
-    prompts get them. Under the default rule, SPO (`budget_allocator="spo"`, the fifth study's answer), every prompt
-    gets one rollout, so a batch trains `generation_batch_size` prompts and `num_generations` is not read (TRL still
-    checks that it divides `generation_batch_size`). Under an allocator, `num_generations` is the *average* number of
-    rollouts per prompt; `budget_allocator="uniform"` is GRPO's split.
+    Everything of [`~trl.GRPOConfig`] keeps its meaning under the default rule: GRPO's split, `num_generations`
+    rollouts of every prompt in TRL's sampler's order (`budget_allocator="uniform"`), each reward compared with its
+    prompt's reward history (`advantage_baseline=None` resolves to `"history"`, which is GRPO's group on a prompt's
+    first visit; `advantage_baseline="group"` trains exactly as `GRPOTrainer`). Every other rule is chosen by name and
+    says, in the WARNING line that opens training, what it changes. Under an allocator (`"knapsack"`, `"coba"`), each
+    generation batch still holds `generation_batch_size` rollouts, so a step costs what it costs with
+    `GRPOTrainer`, but `num_generations` is the *average* number of rollouts per prompt. Under SPO
+    (`budget_allocator="spo"`) every prompt gets one rollout, so a batch trains `generation_batch_size` prompts, an
+    epoch visits each prompt about `num_generations` times, and `num_generations` is not read.
 
     Parameters:
         > Parameters that control the allocation
 
-        budget_allocator (`str`, *optional*, defaults to `"spo"`):
-            Allocation rule: `"spo"` (SPO: one rollout a prompt, its prompts drawn by SPO's weights, SPO's baseline;
-            the default, ahead of uniform GRPO on all three task families of the fifth study), `"uniform"` (GRPO's
-            equal split), `"knapsack"` (Knapsack RL), `"coba"` (CoBA-RL), `"reinforce_ada"` (Reinforce-Ada's
-            rounds), another name registered with `register_allocator`, or a dotted path to an allocator class
+        budget_allocator (`str`, *optional*, defaults to `"uniform"`):
+            Allocation rule: `"uniform"` (GRPO's equal split, `num_generations` rollouts of every prompt; the default),
+            `"spo"` (SPO: one rollout a prompt, its prompts drawn by SPO's weights, SPO's baseline; ahead of uniform
+            GRPO on the fifth study's three task families, where every prompt came back about 41 times a run; it
+            changes what `num_generations`, a step and an epoch mean), `"knapsack"` (Knapsack RL), `"coba"`
+            (CoBA-RL), `"reinforce_ada"` (Reinforce-Ada's rounds), another name registered with `register_allocator`, or a dotted path to an allocator class
             (`"my_package.my_module:MyAllocator"`). Fields named `<allocator>_<option>` (`knapsack_fallback`, say) are
             passed to its constructor as `<option>`. Ignored when an `allocator` object is passed to the trainer.
         budget_allocator_kwargs (`dict`, `str` or `None`, *optional*, defaults to `None`):
@@ -208,9 +212,10 @@ class BudgetGRPOConfig(GRPOConfig, AllocationSettings, TrackerSettings, BatchSet
             `advantage_history_window`), so that a group whose rollouts all agree still carries a gradient where its
             history differs. `"spo"`: SPO's, the prompt's success estimate alpha / (alpha + beta) from its SPO
             tracker *before* this batch, the batch's r - p then normalized over the whole batch (with
-            `scale_rewards="none"`: not normalized); rewards must lie in [0, 1]. `None`: `"all_rollouts"` under
-            Reinforce-Ada with `reinforce_ada_global_statistics`, `"spo"` under `budget_allocator="spo"`, else
-            `"group"`.
+            `scale_rewards="none"`: not normalized); rewards must lie in [0, 1], or in `spo_reward_range`. `None`:
+            `"history"` under `budget_allocator="uniform"` (the default) where `scale_rewards` is `"group"` or
+            `"none"` and `multi_objective_aggregation="sum_then_normalize"`, `"all_rollouts"` under Reinforce-Ada
+            with `reinforce_ada_global_statistics`, `"spo"` under `budget_allocator="spo"`, else `"group"`.
         advantage_history_window (`float`, *optional*, defaults to `16.0`):
             With `advantage_baseline="history"`: each earlier visit of a prompt weighs `1 - 1/window` times the next,
             so that its history counts about as many visits (1: this batch alone).
@@ -251,6 +256,14 @@ class BudgetGRPOConfig(GRPOConfig, AllocationSettings, TrackerSettings, BatchSet
         spo_offline_n (`int`, *optional*, defaults to `8`):
             Offline scores per prompt the prior counts (the release's `offline_N`): more are sub-sampled, fewer count
             the missing ones as failures (the release's formula). 0: Beta(0.5, 0.5) for every prompt.
+        spo_reward_range (`list[float]` or `None`, *optional*, defaults to `None`):
+            The range `[low, high]` of a rollout's weighted reward (the sum of `reward_weights` times each reward
+            function's reward), which SPO's tracker maps onto [0, 1]: `(r - low) / (high - low)` counts as the share
+            of a success (its baseline, estimates and prior read the mapped reward). `None`: [0, 1], the release's
+            0/1 rewards, checked before the first generation: reward functions taken to give rewards in [0, 1] must
+            then have a weighted sum in [0, 1] (an accuracy and a format reward summed reach 2: declare `[0, 2]`),
+            and a reward model, whose scores are not bounded, needs a declared range. A reward outside the range
+            stops training at the batch that gives it.
 
         > Parameters of prompt selection
 
@@ -267,10 +280,10 @@ class BudgetGRPOConfig(GRPOConfig, AllocationSettings, TrackerSettings, BatchSet
     """
 
     budget_allocator: str = field(
-        default="spo",
+        default="uniform",
         metadata={
-            "help": "Allocation rule: 'spo' (SPO, the default: one rollout a prompt, drawn by SPO's weights, SPO's "
-            "baseline; num_generations is not read), 'uniform' (GRPO's equal split), 'knapsack' (Knapsack RL), 'coba' "
+            "help": "Allocation rule: 'uniform' (GRPO's equal split, the default), 'spo' (SPO: one rollout a prompt, "
+            "drawn by SPO's weights, SPO's baseline; num_generations is not read), 'knapsack' (Knapsack RL), 'coba' "
             "(CoBA-RL), 'reinforce_ada' (Reinforce-Ada's rounds), a name registered with register_allocator, or a "
             "dotted path 'my_package.my_module:MyAllocator'. Ignored when an `allocator` object is passed to the "
             "trainer.",
@@ -461,10 +474,12 @@ class BudgetGRPOConfig(GRPOConfig, AllocationSettings, TrackerSettings, BatchSet
         default=None,
         metadata={"help": "What each reward is compared with: 'group' (GRPO's: the prompt's trained rollouts), "
                   "'all_rollouts' (all its rollouts of the batch, Reinforce-Ada's global statistics) or 'history' "
-                  "(its rewards over recent visits, this batch's included) or 'spo' (SPO's: its success estimate from "
-                  "before this batch, advantages normalized over the batch). None: 'all_rollouts' under "
-                  "Reinforce-Ada with reinforce_ada_global_statistics, 'spo' under budget_allocator='spo', else "
-                  "'group'.", "choices": ["group", "all_rollouts", "history", "spo"]},
+                  "(its rewards over recent visits, this batch's included; GRPO's group on a first visit) or 'spo' "
+                  "(SPO's: its success estimate from before this batch, advantages normalized over the batch). None: "
+                  "'history' under budget_allocator='uniform' (the default) with scale_rewards 'group' or 'none' and "
+                  "sum_then_normalize, 'all_rollouts' under Reinforce-Ada with reinforce_ada_global_statistics, 'spo' "
+                  "under budget_allocator='spo', else 'group'. 'group' trains exactly as GRPOTrainer.",
+                  "choices": ["group", "all_rollouts", "history", "spo"]},
     )
     advantage_history_window: float = field(
         default=16.0,
@@ -521,6 +536,12 @@ class BudgetGRPOConfig(GRPOConfig, AllocationSettings, TrackerSettings, BatchSet
         metadata={"help": "Offline scores per prompt SPO's prior counts (the release's offline_N): more are "
                   "sub-sampled, fewer count the missing ones as failures. 0: Beta(0.5, 0.5)."},
     )
+    spo_reward_range: list[float] | None = field(
+        default=None,
+        metadata={"help": "SPO's tracker: the range [low, high] of a rollout's weighted reward, mapped onto [0, 1] as "
+                  "the share of a success. None: [0, 1] (0/1 rewards, as the release), with reward functions whose "
+                  "weighted sum stays in [0, 1]; an accuracy and a format reward summed need [0, 2]."},
+    )
     prompt_sampling: str | None = field(
         default=None,
         metadata={"help": "How each generation batch's prompts are chosen: None (TRL's sampler's order), 'spo' "
@@ -575,10 +596,22 @@ class BudgetGRPOConfig(GRPOConfig, AllocationSettings, TrackerSettings, BatchSet
 
     def __post_init__(self):
         self.apply_renamed_settings()
+        unread_by_spo = self.budget_allocator == "spo"
+        before = dict(self.__dict__) if unread_by_spo else None
         try:
             super().__post_init__()
         except ValueError as error:
-            raise ValueError(with_the_rules_reading(self, str(error))) from None
+            if not (unread_by_spo and is_trl_group_check(str(error))):
+                raise
+            # SPO never reads num_generations, but TRL's sampler deals the batch in groups of it: TRL's set-up runs
+            # again from the settings as given, with groups that divide the generation batch (evaluation keeps the
+            # groups of num_generations as given).
+            self.__dict__.update(before)
+            self.num_generations_eval = self.num_generations_eval or self.num_generations
+            self.num_generations_as_given = self.num_generations  # what the line that opens training names
+            self.num_generations = sampler_group_size(self.generation_batch_size or trl_generation_batch(error),
+                                                      self.num_generations)
+            super().__post_init__()
         self.check_budget_settings()
 
 

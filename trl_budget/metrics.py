@@ -143,19 +143,3 @@ def relog_advantages(logged: list, generated_counts: np.ndarray, generated_slot_
     for _ in range(min(by_row.numel(), len(logged))):
         logged.pop()
     logged.extend(by_row.tolist())
-
-
-def rule_in_effect(args, allocator, baseline: str) -> str:
-    """One line naming the run's rule: its allocation, how its batches are generated, its prompts, its baseline."""
-    stages = [name for name, on in (("a probe stage", args.probe_generations),
-                                    ("rounds until mixed", args.rounds_generations),
-                                    ("dynamic sampling", args.dynamic_sampling)) if on]
-    prompts = {"spo": "drawn by SPO's weights", "value": "drawn by the allocator's value"}.get(
-        args.resolved_prompt_sampling(), "in TRL's sampler's order")
-    per_prompt = getattr(allocator, "rollouts_per_prompt", None)  # SPO's layout: the batch's size in prompts
-    layout = ("" if per_prompt is None else f", {per_prompt} rollout{'s' if per_prompt > 1 else ''} for each of the "
-              f"generation batch's {args.generation_batch_size // per_prompt} prompts (num_generations="
-              f"{args.num_generations} is not read)")
-    return (f"Rollout budget: allocation by {allocator!r} (budget_allocator={args.budget_allocator!r}){layout}"
-            f"{', with ' + ' and '.join(stages) if stages else ', in one shot'}; prompts {prompts}; advantage "
-            f"baseline {baseline!r}.")

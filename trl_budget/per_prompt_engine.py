@@ -268,7 +268,7 @@ def _score(trainer, prompts, prompt_ids, ready: list[tuple[int, int]], finished:
     trainer._replayed = Replayed([prompt_ids[prompt] for prompt in row_prompts], [rollout[2] for rollout in rollouts],
                                  None if any(lp is None for lp in logprobs) else logprobs)
     try:
-        output, rewards, lengths = trainer._scored_rows([prompts[prompt] for prompt in row_prompts], trl_layout=False)
+        output, rewards, lengths = trainer._scored_rows([prompts[prompt] for prompt in row_prompts], trl_rows=False)
     finally:
         trainer._replayed = None
     return _Scored(ready, shares, processes, output, rewards, lengths, trainer.rewards.outcomes(rewards))

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .advantages import groups_without_spread
 from .prompts import keys_of
 from .settings.common import allocator_in_words
 from .spo import SPO_STATE_NAME, SPOTracker, forgetting_factor, is_token_ids, response_drift, spo_advantages, spo_prior
@@ -42,21 +43,24 @@ class SPOStage:
             (`scale_rewards="none"`).
     """
 
-    def __init__(self, tracker: SPOTracker, normalize: bool = True):
+    def __init__(self, tracker: SPOTracker, normalize: bool = True, reward_range: list[float] | None = None):
         self.tracker, self.normalize = tracker, normalize
+        self.reward_range = reward_range  # the weighted reward's [low, high], mapped onto [0, 1]; None: [0, 1]
         self.pending: dict[str, Any] | None = None  # the last batch's rows, not yet in the tracker
         self.prior_to_sample = False  # the run samples the priors before its first batch
         self.priors_given = False  # the config names offline scores (a file, a column, or the pre-pass)
         self.other_rule = WITHOUT_SPO  # the fix a refusal of the rewards names
 
     @classmethod
-    def for_run(cls, args, dataset) -> "SPOStage":
+    def for_run(cls, args, dataset, reward_funcs) -> "SPOStage":
         """The stage of a run: its config's tracker, each training prompt's prior from its offline scores (when the
-        config names them), normalized unless `scale_rewards="none"`."""
+        config names them), normalized unless `scale_rewards="none"`; its rewards' scale checked before any
+        generation."""
+        check_spo_reward_scale(args.spo_reward_range, reward_funcs, args.reward_weights, rule_without_spo(args))
         tracker = args.make_spo_tracker()
         if args.spo_offline_values is not None or args.spo_offline_column is not None:
             tracker.set_priors(*offline_priors(args, dataset))
-        stage = cls(tracker, normalize=args.scale_rewards != "none")
+        stage = cls(tracker, normalize=args.scale_rewards != "none", reward_range=args.spo_reward_range)
         stage.prior_to_sample = bool(args.spo_offline_sampling)
         stage.priors_given = args.has_spo_offline_scores()
         stage.other_rule = rule_without_spo(args)
@@ -66,7 +70,7 @@ class SPOStage:
         """Each prompt's prior from the pre-pass's rewards: `keys` and `rewards` of every rollout (NaN: unscored,
         left out), scored as the release scores its offline values (above 0 a success)."""
         scores: dict[str, list[float]] = {}
-        for key, reward in zip(keys, np.asarray(rewards, dtype=np.float64).tolist()):
+        for key, reward in zip(keys, self.shares_of_success(rewards, "SPO's prior").tolist()):
             scores.setdefault(key, [])
             if reward == reward:
                 scores[key].append(reward)
@@ -83,8 +87,7 @@ class SPOStage:
         order) against each prompt's p from before this batch, normalized over the batch; with `is_std_zero` per row,
         as GRPO reports it: whether the row's group (its prompt's rows of the batch) has rewards without spread."""
         row_keys = np.repeat(np.asarray(keys, dtype=object), counts)
-        values = rewards.detach().to(torch.float64).cpu().numpy()
-        check_rewards_in_unit_interval(values, "advantage_baseline='spo'", self.other_rule)
+        values = self.shares_of_success(rewards.detach().to(torch.float64).cpu().numpy(), "advantage_baseline='spo'")
         alpha, beta = self.tracker.beta_parameters(row_keys)
         p_hats = alpha / (alpha + beta)
         advantages = spo_advantages(values, p_hats, self.normalize)
@@ -97,13 +100,19 @@ class SPOStage:
                responses: dict[str, tuple[list[int], list[int]]]) -> None:
         """Keep the batch's trained rows (weighted `rewards` in plan order) and, KL-adaptive, the last row's prompt and
         completion ids of each prompt, until `settle`."""
-        check_rewards_in_unit_interval(rewards.detach().to(torch.float64).cpu().numpy(), "SPO's tracker",
-                                       self.other_rule)
+        shares = self.shares_of_success(rewards.detach().to(torch.float64).cpu().numpy(), "SPO's tracker")
         self.pending = {"keys": [str(key) for key in np.repeat(np.asarray(keys, dtype=object), counts)],
-                        "rewards": [float(value) for value in rewards.detach().to(torch.float64).cpu().tolist()],
+                        "rewards": [float(value) for value in shares.tolist()],
                         "responses": {key: {"prompt_ids": list(map(int, prompt)),
                                             "completion_ids": list(map(int, completion))}
                                       for key, (prompt, completion) in responses.items()}}
+
+    def shares_of_success(self, rewards: np.ndarray, who: str) -> np.ndarray:
+        """Weighted rewards as SPO counts them, shares of a success in [0, 1]: mapped from `reward_range`, checked."""
+        low, high = self.reward_range or (0.0, 1.0)
+        rewards = np.asarray(rewards, dtype=np.float64)
+        check_rewards_in_range(rewards, low, high, who, self.reward_range is None, self.other_rule)
+        return rewards if self.reward_range is None else (rewards - low) / (high - low)
 
     def settle(self, log_probs_of: LogProbsOf, metrics: dict[str, list[float]]) -> None:
         """Update the tracker with the waiting rows: rho constant, or from each prompt's drift under the policy now
@@ -191,38 +200,53 @@ def _is_pending(pending: Any) -> bool:
 
 
 def rule_without_spo(args) -> str:
-    """The one change that trains `args`' run without SPO's tracker: under SPO's allocator (the default rule) GRPO's
-    groups; else the baseline and the sampling that read it."""
+    """The one change that trains `args`' run without SPO's tracker: under SPO's allocator GRPO's groups; else the
+    baseline and the sampling that read it."""
     if args.budget_allocator == "spo":
-        return (f"or, for rewards on another scale, set budget_allocator='uniform' (GRPO's groups; this run's is "
-                f"{allocator_in_words(args)})")
+        return ("or train GRPO's groups, which take rewards on any scale: remove budget_allocator='spo' (the default "
+                "is 'uniform')")
     return "or set advantage_baseline and prompt_sampling to rules without SPO's tracker ('history' and None, say)"
 
 
-def check_rewards_in_unit_interval(rewards: np.ndarray, who: str,
-                                   other_rule: str = WITHOUT_SPO) -> None:
-    """SPO's Beta counts successes: alpha grows by r and beta by 1 - r, so a reward outside [0, 1] would make one of
-    them negative and p leave [0, 1] (and the sampling weights NaN). The release trains 0/1 rewards; partial credit in
-    between counts as a fraction."""
+def check_rewards_in_range(rewards: np.ndarray, low: float, high: float, who: str, undeclared: bool,
+                           other_rule: str = WITHOUT_SPO) -> None:
+    """SPO's Beta counts successes: alpha grows by r and beta by 1 - r, for r mapped onto [0, 1] from the weighted
+    reward's range, so a reward outside it would make one of them negative and p leave [0, 1] (and the sampling
+    weights NaN). The release trains 0/1 rewards; partial credit in between counts as a fraction."""
     scored = rewards[~np.isnan(rewards)]
-    outside = scored[(scored < 0) | (scored > 1)]
+    outside = scored[(scored < low) | (scored > high)]
     if outside.size:
+        declared = ("spo_reward_range is not set, so rewards must lie in [0, 1]" if undeclared else
+                    f"spo_reward_range=[{low:g}, {high:g}]")
         raise ValueError(
-            f"{who} counts each reward as a share of a success (alpha grows by r, beta by 1 - r), so rewards must lie "
-            f"in [0, 1]; a rollout's weighted reward is {float(outside[0])!r}. Scale the reward functions (or "
-            f"reward_weights) into [0, 1], {other_rule}."
+            f"{who} counts each weighted reward as a share of a success (alpha grows by r, beta by 1 - r, r mapped "
+            f"onto [0, 1]); {declared}, and a rollout's weighted reward is {float(outside[0])!r}. Declare the range "
+            f"every weighted reward lies in with spo_reward_range=[low, high], {other_rule}."
         )
 
 
-def groups_without_spread(rewards: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """Per group of `counts[i]` consecutive rewards: whether its scored rewards all agree (a group of one does)."""
-    starts = np.cumsum(counts) - counts
-    agree = []
-    for start, count in zip(starts, counts):
-        scored = rewards[start : start + count]
-        scored = scored[~np.isnan(scored)]
-        agree.append(scored.size < 2 or bool(scored.min() == scored.max()))
-    return np.array(agree, dtype=bool)
+def check_spo_reward_scale(reward_range: list[float] | None, reward_funcs, reward_weights, other_rule: str) -> None:
+    """Before any generation: with no declared range, SPO takes every reward function's reward to lie in [0, 1], so
+    their weighted sum must stay in [0, 1]; a reward model's scores are not bounded at all."""
+    if reward_range is not None:
+        return
+    funcs = reward_funcs if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]
+    models = [func for func in funcs if isinstance(func, (str, torch.nn.Module))]
+    if models:
+        raise ValueError(
+            f"SPO's tracker counts each weighted reward as a share of a success in [0, 1], but a reward model "
+            f"({models[0] if isinstance(models[0], str) else type(models[0]).__name__}) gives scores with no bound. "
+            f"Declare the range its weighted rewards lie in with spo_reward_range=[low, high], {other_rule}."
+        )
+    weights = [float(weight) for weight in (reward_weights if reward_weights is not None else [1.0] * len(funcs))]
+    low, high = sum(min(weight, 0.0) for weight in weights), sum(max(weight, 0.0) for weight in weights)
+    if low < 0 or high > 1:
+        raise ValueError(
+            f"SPO's tracker counts each weighted reward as a share of a success in [0, 1]: {len(funcs)} reward "
+            f"function{'s' if len(funcs) > 1 else ''} with rewards in [0, 1], weighted {weights}, sum to rewards in "
+            f"[{low:g}, {high:g}]. Declare that range with spo_reward_range=[{low:g}, {high:g}] (SPO maps it onto "
+            f"[0, 1]), or set reward_weights that keep the sum in [0, 1], {other_rule}."
+        )
 
 
 def record_batch_metrics(metrics: dict[str, list[float]], rewards: np.ndarray, alpha: np.ndarray, beta: np.ndarray,

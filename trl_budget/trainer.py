@@ -28,14 +28,15 @@ from trl import GRPOConfig, GRPOTrainer
 from trl.models.utils import disable_gradient_checkpointing
 from trl.trainer.utils import pad
 
-from .advantages import advantages_against_baseline, grouped_advantages, prompt_loss_weights
+from .advantages import advantages_against_baseline, grouped_advantages, groups_without_spread, prompt_loss_weights
 from .allocators import Allocator
 from .allocators.token_cap import TokenCappedAllocator
 from .allocators.uniform import UniformAllocator
+from .announcement import announcement
 from .checkpoint import restore_budget_state, resume_point, save_budget_state
 from .config import BudgetGRPOConfig
 from .dynamic_sampling import STREAM_STATE_NAME, DynamicSampling, PromptStream, training_rows
-from .metrics import BudgetMetrics, relog_advantages, rule_in_effect
+from .metrics import BudgetMetrics, relog_advantages
 from .per_prompt_engine import generate_prompt_by_prompt
 from .prior import BUDGET_COLUMN_SETTINGS, history_pass_rates
 from .probe import fresh_pass_rates
@@ -88,7 +89,7 @@ class BudgetGRPOTrainer(GRPOTrainer):
         self.tracker = tracker if tracker is not None else args.make_tracker()
         train_dataset = kwargs.get("train_dataset", positional[0] if positional else None)
         check_before_building(args, self.allocator, self.tracker, train_dataset, kwargs)
-        self.spo = SPOStage.for_run(args, train_dataset) if args.uses_spo_tracker(allocator) else None
+        self.spo = SPOStage.for_run(args, train_dataset, reward_funcs) if args.uses_spo_tracker(allocator) else None
         success_index = success_reward_index(args.success_reward_func, reward_funcs)
         self.last_rollout_plan: RolloutPlan | None = None
         self._last_token_cap: TokenCappedAllocator | None = None
@@ -104,6 +105,7 @@ class BudgetGRPOTrainer(GRPOTrainer):
         self.prompt_stream = PromptStream.for_trainer(self) if args.dynamic_sampling else None
         self.prompt_sampler = PromptSampler.for_trainer(self)
         self._replayed = None  # completions generated prompt by prompt, for TRL's generation step to return
+        self._announced = False  # the rule in effect is announced once a run
 
     def _set_signature_columns_if_needed(self):
         # TRL keeps only the prompt and image columns when remove_unused_columns=True; the columns the budget settings
@@ -138,7 +140,8 @@ class BudgetGRPOTrainer(GRPOTrainer):
                 refuse_images_in_rounds(self.allocator, self.args)
             refuse_images_under_kl_adaptive_rho(self.args, self.allocator)
         zero_std_logged = len(self._metrics["train"]["frac_reward_zero_std"])
-        rounds, trl_layout = self._generate_rounds(rule, prompts)
+        rounds, trl_rows = self._generate_rounds(rule, prompts)
+        trl_advantages = trl_rows and self.advantage_baseline == "group"  # TRL's own advantages hold as they are
         if len(prompts) > len(history_rates):  # dynamic sampling drew more prompts: their history (not yet updated)
             history_rates, from_prior, groups = history_pass_rates(self.tracker, prompts, keys, self.args)
         generated_rewards, lengths = rounds.gathered_in_plan_order()
@@ -152,10 +155,10 @@ class BudgetGRPOTrainer(GRPOTrainer):
                                                     trained.slot_order, history_rates, rule.history_counts,
                                                     self.args.probe_generations, rounds.counts_per_round(),
                                                     rewards.cpu().numpy())
-        advantages = self._trained_advantages(keys, rounds, trained, rewards, generated_weighted, trl_layout,
+        advantages = self._trained_advantages(keys, rounds, trained, rewards, generated_weighted, trl_rows,
                                               zero_std_logged)
         output = trained.output
-        if not (trl_layout and self.args.advantage_clip is None):  # else TRL's own, as they are
+        if not (trl_advantages and self.args.advantage_clip is None):  # else TRL's own, as they are
             output["advantages"] = advantages if trained.in_plan_order else advantages[
                 torch.as_tensor(trained.my_slots, device=advantages.device)]
 
@@ -182,9 +185,9 @@ class BudgetGRPOTrainer(GRPOTrainer):
         return output
 
     def _generate_rounds(self, rule, prompts: list[dict[str, Any]]) -> tuple[GeneratedRounds, bool]:
-        """Every round the rule asks for, generated and scored; and whether the batch is TRL's own layout (one round
-        of equal groups of `num_generations`, GRPO's baseline: on one process, or under `uniform` on any number),
-        whose rows, grouping and advantages hold as TRL has them. Other allocators deal a batch of equal counts over
+        """Every round the rule asks for, generated and scored; and whether the batch is TRL's own rows (one round
+        of equal groups of `num_generations`: on one process, or under `uniform` on any number), whose rows, grouping
+        and metrics hold as TRL has them (its advantages too, under GRPO's baseline). Other allocators deal a batch of equal counts over
         the processes as any other, so that no process waits for another's long rollouts. With
         `rounds_prompt_by_prompt`, the rounds each prompt may take alone go to the engine prompt by prompt first
         (`per_prompt_engine`); the rule's shared rounds after them are generated here, one request each."""
@@ -193,36 +196,46 @@ class BudgetGRPOTrainer(GRPOTrainer):
         else:
             rounds = GeneratedRounds(len(prompts), self.accelerator.num_processes, self.accelerator.process_index)
         seed = self._layout_seed * 1_000_003 + self.state.global_step
-        trl_layout = False
+        trl_rows = False
         while (round_counts := rule.next_round(rounds)) is not None:
-            trl_layout = (rule.single_round and self.advantage_baseline == "group"
-                          and (round_counts == self.num_generations).all()
-                          and (self.accelerator.num_processes == 1 or isinstance(self.allocator, UniformAllocator)))
-            self._generate_round(rounds, prompts, round_counts, seed + len(rounds), trl_layout)
-        return rounds, trl_layout
+            trl_rows = (rule.single_round and (round_counts == self.num_generations).all()
+                        and (self.accelerator.num_processes == 1 or isinstance(self.allocator, UniformAllocator)))
+            self._generate_round(rounds, prompts, round_counts, seed + len(rounds), trl_rows)
+        return rounds, trl_rows
 
     def _trained_advantages(self, keys: list[str], rounds: GeneratedRounds, trained, rewards: torch.Tensor,
-                            generated_rewards: torch.Tensor, trl_layout: bool, zero_std_logged: int) -> torch.Tensor:
+                            generated_rewards: torch.Tensor, trl_rows: bool, zero_std_logged: int) -> torch.Tensor:
         """The advantages of the trained rows in plan order, clipped and weighted as set; TRL's logs follow them.
         `rewards` and `generated_rewards` are the weighted rewards of the trained and of every generated row."""
-        if trl_layout and self.accelerator.num_processes == 1:
-            advantages = trained.output["advantages"]  # TRL's, and its zero-std share, bit for bit: not computed twice
-        elif trl_layout:  # TRL's rows on several processes: its advantages are this process's; the logs need all
+        trl_advantages = trl_rows and self.advantage_baseline == "group"
+        if trl_advantages and self.accelerator.num_processes == 1:
+            advantages = trained.output["advantages"]  # TRL's, bit for bit: not computed twice
+        else:  # on several processes TRL's advantages are this process's alone; the logs need all
             advantages = self._advantages(keys, rounds, trained, rewards, generated_rewards)[0]
-        else:
-            advantages, is_std_zero = self._advantages(keys, rounds, trained, rewards, generated_rewards)
-            zero_std = self._metrics["train"]["frac_reward_zero_std"]
-            del zero_std[zero_std_logged:]  # one figure for the batch, not one per round
-            zero_std.append(is_std_zero.float().mean().item())
+        if not trl_rows:  # TRL grouped nothing: its zero-std share is restated over the prompts' trained groups
+            self._relog_zero_std(rewards, trained.counts, zero_std_logged)
         if self.args.advantage_clip is not None:
             advantages = advantages.clamp(-self.args.advantage_clip, self.args.advantage_clip)
         if self.args.loss_weighting == "prompt":
             counts = torch.as_tensor(trained.counts, device=advantages.device)
             advantages = advantages * prompt_loss_weights(counts, self.num_generations)
-        if not (trl_layout and self.args.advantage_clip is None):  # TRL logged other advantages than these
+        if not (trl_advantages and self.args.advantage_clip is None):  # TRL logged other advantages than these
             relog_advantages(self._logs["advantages"], rounds.counts, rounds.logged_slot_order(),
                              trained.generated_slots, advantages)
         return advantages
+
+    def _relog_zero_std(self, rewards: torch.Tensor, counts: np.ndarray, logged_before: int) -> None:
+        """TRL's `frac_reward_zero_std` with TRL's meaning, whatever the baseline: the share of trained rows whose
+        prompt's rewards in the batch all agree, one figure for the batch (not one per round). Where every prompt
+        trains a single rollout, a group has no spread to measure, so the figure is not logged at all
+        (`budget/effective_ratio` is the share of rows with a gradient)."""
+        zero_std = self._metrics["train"]["frac_reward_zero_std"]
+        del zero_std[logged_before:]
+        if counts.max() > 1:
+            agree = groups_without_spread(rewards.detach().cpu().numpy(), counts)
+            zero_std.append(float(np.repeat(agree, counts).mean()))
+        elif not zero_std:
+            del self._metrics["train"]["frac_reward_zero_std"]
 
     def _advantages(self, keys: list[str], rounds: GeneratedRounds, trained, rewards: torch.Tensor,
                     generated_rewards: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -264,27 +277,27 @@ class BudgetGRPOTrainer(GRPOTrainer):
         return OneShot(history_rates, lambda rates: self._allocate(keys, rates, budget, failure_rate)[0])
 
     def _generate_round(self, rounds: GeneratedRounds, prompts: list[dict[str, Any]], counts: np.ndarray, seed: int,
-                        trl_layout: bool) -> None:
+                        trl_rows: bool) -> None:
         """TRL's generation and scoring of `counts[i]` rollouts of each prompt, dealt over the processes; recorded in
         `rounds` with the rewards and completion lengths of every process and the in-round successes.
 
-        With `trl_layout` the rows are TRL's own (equal groups of `num_generations`, in order), so TRL's advantages
-        are kept; otherwise TRL groups nothing, and the advantages are computed afterwards over the plan's groups.
+        With `trl_rows` the rows are TRL's own (equal groups of `num_generations`, in order), so TRL's grouping and
+        metrics hold; otherwise TRL groups nothing, and the advantages are computed afterwards over the plan's groups.
         """
-        # TRL's own layout keeps each process's rows as TRL's sampler dealt them: the plan's slots in order.
-        order = (np.arange(int(counts.sum())) if trl_layout
+        # TRL's own rows stay on each process as TRL's sampler dealt them: the plan's slots in order.
+        order = (np.arange(int(counts.sum())) if trl_rows
                  else balanced_slot_order(counts, self.accelerator.num_processes, seed))
         prompt_of_slot = np.repeat(np.arange(len(prompts)), counts)
         local = len(order) // self.accelerator.num_processes
         rank = self.accelerator.process_index
         mine = [prompts[prompt_of_slot[slot]] for slot in order[rank * local : (rank + 1) * local]]
-        output, gathered, lengths = self._scored_rows(mine, trl_layout)
+        output, gathered, lengths = self._scored_rows(mine, trl_rows)
         rounds.add(output, order, counts, gathered, lengths, self.rewards.outcomes(gathered))
 
-    def _scored_rows(self, rows: list[dict[str, Any]], trl_layout: bool) -> tuple[dict, torch.Tensor, torch.Tensor]:
+    def _scored_rows(self, rows: list[dict[str, Any]], trl_rows: bool) -> tuple[dict, torch.Tensor, torch.Tensor]:
         """TRL's generation and scoring of this process's `rows`; with every process's rewards and completion
         lengths (the tracker's expected lengths)."""
-        if trl_layout:
+        if trl_rows:
             output = super()._generate_and_score_completions(rows)
         else:
             # TRL views a round's rewards as groups of num_generations (`rewards.view(-1, num_generations)`), which
@@ -378,7 +391,7 @@ class BudgetGRPOTrainer(GRPOTrainer):
             filled = chunk + [chunk[-1]] * (size - len(chunk))
             local = size // processes
             mine = [rows[index] for index in filled[rank * local : (rank + 1) * local]]
-            _, gathered, _ = self._scored_rows(mine, trl_layout=False)
+            _, gathered, _ = self._scored_rows(mine, trl_rows=False)
             rewards.extend(self.rewards.weighted(gathered).cpu().tolist()[: len(chunk)])
         self._restore_logged(snapshot)
         self.spo.set_sampled_priors([keys[index] for index in repeated], np.array(rewards), offline_n,
@@ -466,8 +479,9 @@ class BudgetGRPOTrainer(GRPOTrainer):
     def train(self, resume_from_checkpoint=None, trial=None, **kwargs):
         if resume_from_checkpoint is True:  # the newest *complete* checkpoint, where the Trainer takes the newest
             resume_from_checkpoint = resume_point(self.args.output_dir)
-        if self.accelerator.is_main_process:  # beside the Trainer's own start-up lines
-            logger.info(rule_in_effect(self.args, self.allocator, self.advantage_baseline))
+        if self.accelerator.is_main_process and not self._announced:  # once a run, beside the Trainer's start-up
+            logger.warning(announcement(self.args, self.allocator, self.advantage_baseline))
+            self._announced = True
         return super().train(resume_from_checkpoint=resume_from_checkpoint, trial=trial, **kwargs)
 
     def _save_checkpoint(self, model, trial):

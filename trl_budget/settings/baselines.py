@@ -60,14 +60,23 @@ class BaselineSettings:
 
     def resolved_advantage_baseline(self, allocator=None) -> str:
         """The baseline a run uses: `advantage_baseline`, or the rule's own (Reinforce-Ada's global statistics, on
-        its settings or on the allocator object given to the trainer; SPO's)."""
+        its settings or on the allocator object given to the trainer; SPO's; under the default `uniform`, the history
+        baseline wherever TRL's reward scaling gives it a meaning, else GRPO's group)."""
         if self.advantage_baseline is not None:
             return self.advantage_baseline
         if allocator is None and self.budget_allocator == "reinforce_ada":
             return "all_rollouts" if self.reinforce_ada_global_statistics else "group"
         if self.budget_allocator == "spo":  # an allocator object given with it replaces its allocation alone
             return "spo"
+        if allocator is None and self.budget_allocator == "uniform" and self.history_keeps_trl_scaling():
+            return "history"
         return "all_rollouts" if getattr(allocator, "global_statistics", False) is True else "group"
+
+    def history_keeps_trl_scaling(self) -> bool:
+        """Whether TRL's reward scaling has a meaning for the history baseline: each prompt's own deviation
+        (`scale_rewards` 'group') or none, of the summed rewards. Under 'batch' scaling, or with every reward function
+        normalized apart, the default baseline stays GRPO's group, so that those settings keep TRL's meaning."""
+        return self.scale_rewards in ("group", "none") and self.multi_objective_aggregation == "sum_then_normalize"
 
     def check_loss_weighting(self) -> None:
         if self.loss_weighting not in ("token", "prompt"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 import warnings
 
 from ..checks import (
@@ -88,12 +89,28 @@ class BatchSettings:
             )
 
 
-def with_the_rules_reading(config, message: str) -> str:
-    """TRL's refusal of a setting, restated where the rule does not read it: TRL checks that num_generations divides
-    the generation batch under every rule, while SPO gives every prompt spo_rollouts_per_prompt rollouts instead."""
-    if config.budget_allocator != "spo" or "must be divisible by num_generations" not in message:
-        return message
-    return (f"{message} TRL checks it under every rule, though under {allocator_in_words(config)} num_generations is "
-            "not read: every prompt gets spo_rollouts_per_prompt rollouts. Set num_generations to a divisor of "
-            "generation_batch_size (2, say), or budget_allocator='uniform' for GRPO's groups of num_generations.")
+TRL_GROUP_CHECK = re.compile(r"generation_batch_size \((\d+)\) must be divisible by num_generations")
 
+
+def is_trl_group_check(message: str) -> bool:
+    """TRL's refusal of a generation batch that its groups of num_generations do not divide."""
+    return TRL_GROUP_CHECK.search(message) is not None
+
+
+def trl_generation_batch(error: ValueError) -> int:
+    """The generation batch TRL's refusal names."""
+    return int(TRL_GROUP_CHECK.search(str(error)).group(1))
+
+
+def sampler_group_size(generation_batch_size: int, num_generations: int) -> int:
+    """Under SPO, the group size TRL's sampler deals the batch in (its rows are not read: SPO draws its own prompts):
+    the largest divisor of the generation batch from 2 to `num_generations`, so that TRL's checks hold."""
+    divisors = [size for size in range(2, min(num_generations, generation_batch_size) + 1)
+                if generation_batch_size % size == 0]
+    if not divisors:
+        raise ValueError(
+            f"generation_batch_size={generation_batch_size} holds no group of 2 rollouts, which TRL's sampler deals "
+            "every batch in, even under budget_allocator='spo' (which reads no num_generations). Raise "
+            "per_device_train_batch_size, steps_per_generation or generation_batch_size."
+        )
+    return divisors[-1]

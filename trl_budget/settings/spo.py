@@ -7,6 +7,7 @@ from typing import Any
 from ..checks import (
     check_optional_name,
     check_whole_number,
+    is_finite_number,
 )
 from .common import allocator_in_words, name_the_field
 
@@ -22,6 +23,18 @@ def parsed_rho(rho) -> str | float:
     return rho
 
 
+def checked_reward_range(reward_range) -> list[float] | None:
+    """`spo_reward_range` as two floats, low below high (None: [0, 1])."""
+    if reward_range is None:
+        return None
+    if (isinstance(reward_range, (str, bytes)) or not hasattr(reward_range, "__len__") or len(reward_range) != 2
+            or not all(is_finite_number(bound) for bound in reward_range) or not reward_range[0] < reward_range[1]):
+        raise ValueError(f"spo_reward_range must be two finite numbers [low, high] with low below high, the range of "
+                         f"a rollout's weighted reward, got {reward_range!r}; e.g. [0, 2] for an accuracy and a format "
+                         "reward summed.")
+    return [float(reward_range[0]), float(reward_range[1])]
+
+
 class SPOSettings:
     """`BudgetGRPOConfig`'s part for SPO's settings and prompt selection, checked, and SPO's tracker they build."""
 
@@ -35,7 +48,7 @@ class SPOSettings:
         if "spo_rollouts_per_prompt" in changed and self.budget_allocator != "spo":
             refuse("spo_rollouts_per_prompt", "under budget_allocator='spo'")
         tracker_settings = ("spo_rho", "spo_rho_clip_lower", "spo_update_rows", "spo_offline_values",
-                            "spo_offline_column", "spo_offline_sampling", "spo_offline_n")
+                            "spo_offline_column", "spo_offline_sampling", "spo_offline_n", "spo_reward_range")
         for name in tracker_settings:
             if name in changed and not self.uses_spo_tracker():
                 refuse(name, "by SPO's tracker (advantage_baseline='spo', prompt_sampling='spo' or "
@@ -67,6 +80,7 @@ class SPOSettings:
         # Whole numbers given as 2.0 or numpy integers count, slice and go into JSON checkpoints as ints.
         self.spo_rollouts_per_prompt, self.spo_offline_n = int(self.spo_rollouts_per_prompt), int(self.spo_offline_n)
         self.spo_rho = parsed_rho(self.spo_rho)
+        self.spo_reward_range = checked_reward_range(self.spo_reward_range)
         for name in ("spo_offline_values", "spo_offline_column"):
             check_optional_name(name, getattr(self, name), "a path" if name.endswith("values") else "a column")
         sources = [f"{name}={getattr(self, name)!r}" for name in ("spo_offline_values", "spo_offline_column",

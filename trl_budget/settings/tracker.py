@@ -27,7 +27,7 @@ class TrackerSettings:
             return CapabilityTracker(**{argument: getattr(self, name) for argument, name in TRACKER_FIELDS.items()
                                         if argument != "reward_history_window"},
                                      reward_history_window=(self.advantage_history_window
-                                                            if self.advantage_baseline == "history" else None))
+                                                            if self.resolved_advantage_baseline() == "history" else None))
         except ValueError as error:
             raise ValueError(name_the_field(str(error), lambda name: TRACKER_FIELDS.get(name, name))) from error
 

@@ -65,7 +65,7 @@ class UnreadSettings:
                 "does not set, so it would be ignored. Remove it, or set dynamic_sampling=True."
             )
         self.refuse_unread_spo_settings(changed)
-        if "advantage_history_window" in changed and self.advantage_baseline != "history":
+        if "advantage_history_window" in changed and self.resolved_advantage_baseline() != "history":
             raise ValueError(
                 f"advantage_history_window={changed['advantage_history_window']!r} is read only with "
                 f"advantage_baseline='history' (this run's: {self.resolved_advantage_baseline()!r}), which would "
