@@ -49,9 +49,9 @@ def config_kwargs(output_dir, **overrides):
         report_to=[],
         use_cpu=True,
         save_strategy="no",
-        budget_allocator="knapsack",  # the rule most tests exercise; the default (SPO) has tests of its own
-        min_generations=2,
-        max_generations=8,
+        budget_allocator="knapsack",  # the rule most tests exercise; the defaults have tests of their own
+        budget_min_generations=2,
+        budget_max_generations=8,
         seed=0,
         temperature=1.0,
     )
@@ -62,7 +62,7 @@ def config_kwargs(output_dir, **overrides):
 def grpo_kwargs(output_dir, **overrides):
     """`config_kwargs` less the budget's own settings: what a plain `GRPOConfig` takes."""
     kwargs = config_kwargs(output_dir, **overrides)
-    for name in ("budget_allocator", "min_generations", "max_generations"):
+    for name in ("budget_allocator", "budget_min_generations", "budget_max_generations"):
         kwargs.pop(name)
     return kwargs
 

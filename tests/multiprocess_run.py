@@ -173,7 +173,7 @@ def main(output_dir: str, mode: str):
         beyond = dict(dynamic_sampling=True, dynamic_sampling_max_gen_batches=0,
                       dataset=make_dataset(12))
     if mode.startswith("spo"):  # 8 prompts a batch drawn from 6, so prompts come back within the run
-        beyond = dict(max_generations=128, learning_rate=1e-2)
+        beyond = dict(budget_max_generations=128, learning_rate=1e-2)
     if mode == "dynamic-cap":
         allocator, beyond = "uniform", dict(dynamic_sampling=True, dynamic_sampling_max_gen_batches=2)
     scored, reward_funcs = ScoredRows(), None

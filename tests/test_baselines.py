@@ -158,7 +158,7 @@ def test_a_lone_rollout_gets_no_advantage_under_every_baseline(tmp_path, tokeniz
 
     from helpers import make_dataset
 
-    trainer = make_trainer(tmp_path, tokenizer, reward_funcs=large, max_steps=2, min_generations=1,
+    trainer = make_trainer(tmp_path, tokenizer, reward_funcs=large, max_steps=2, budget_min_generations=1,
                            per_device_train_batch_size=16, advantage_baseline=baseline, scale_rewards=scale_rewards,
                            allocator=OneLoneRollout(), dataset=make_dataset(8))  # every prompt visited once
     recorder = RowRecorder(trainer)

@@ -41,7 +41,8 @@ def data_folder(tmp_path_factory):
 def recipe(model, data, output, *extra) -> list[str]:
     return ["--model_name_or_path", str(model), "--dataset_name", str(data), "--output_dir", str(output),
             "--per_device_train_batch_size", "8", "--num_generations", "4", "--budget_allocator", "knapsack",
-            "--min_generations", "2", "--max_generations", "8", "--max_completion_length", "4", "--use_cpu", "--bf16", "false",
+            "--budget_min_generations", "2", "--budget_max_generations", "8", "--max_completion_length", "4",
+            "--use_cpu", "--bf16", "false",
             "--gradient_checkpointing", "false", "--report_to", "none", "--logging_steps", "1", "--seed", "0",
             "--reward_funcs", "helpers.parity_reward", *extra]
 

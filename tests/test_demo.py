@@ -89,7 +89,9 @@ def test_demo_end_to_end(tmp_path, capsys):
 
     assert "the fifth study" in printed and study_answer(SPO_ANSWER) in printed
 
-    # The default pair, the trainer's defaults (SPO) against uniform GRPO, on seeds 0 and 1, paired.
+    # The default pair, SPO against uniform GRPO, on seeds 0 and 1, paired; it names the trainer's default rule.
+    assert "The trainer's default rule is uniform GRPO with the history baseline" in printed
+    assert "SPO is switched on with budget_allocator='spo'" in printed
     results = json.loads((output / "demo_results.json").read_text())
     assert set(results["summary"]) == {"spo", "uniform"} and results["seeds"] == [0, 1]
     assert [(run["allocator"], run["seed"]) for run in results["runs"]] == [
@@ -389,9 +391,9 @@ def test_the_demo_prints_the_answer_the_fifth_study_recorded_for_its_default_pai
     from trl_budget import BudgetGRPOConfig
     from trl_budget.cli import DEMO_ALLOCATOR, SPO_ANSWER, what_you_see
 
-    # The default pair is the trainer's defaults against uniform GRPO, and its answer is what the study's stored
-    # results give (defaults_rule.py writes it).
-    assert DEMO_ALLOCATOR == BudgetGRPOConfig(output_dir="unused", use_cpu=True, report_to=[]).budget_allocator
+    # The default pair is SPO against uniform GRPO, and its answer is what the study's stored results give
+    # (defaults_rule.py writes it); the trainer's default rule is another, kept inside GRPOTrainer's contract.
+    assert DEMO_ALLOCATOR == "spo" != BudgetGRPOConfig(output_dir="unused", use_cpu=True, report_to=[]).budget_allocator
     study = json.loads(defaults_rule.RESULTS.read_text())
     assert json.loads(SPO_ANSWER.read_text()) == json.loads(json.dumps(defaults_rule.demo_answer(study)))
     test = study["secondary"]["arithmetic"][defaults_rule.DEMO_COMPARISON]

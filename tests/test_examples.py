@@ -64,7 +64,7 @@ def small_run(model, data, output, *extra, allocator: str | None = "knapsack"):
     return [
         "--model_name_or_path", str(model), "--dataset_name", str(data), "--output_dir", str(output),
         "--max_steps", "3", "--per_device_train_batch_size", "8", "--num_generations", "4",
-        *(["--budget_allocator", allocator] if allocator else []), "--min_generations", "2", "--max_generations", "8",
+        *(["--budget_allocator", allocator] if allocator else []), "--budget_min_generations", "2", "--budget_max_generations", "8",
         "--max_completion_length", "8", "--use_cpu",
         "--report_to", "none", "--save_strategy", "no", "--logging_steps", "1", "--bf16", "false",
         "--gradient_checkpointing", "false", "--reward_funcs", "examples.dapo_math.accuracy_reward", *extra,

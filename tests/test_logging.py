@@ -107,7 +107,7 @@ def test_spos_estimates_and_figures_are_logged_with_the_rest(tmp_path, tokenizer
 
     monkeypatch.setenv("TENSORBOARD_LOGGING_DIR", str(tmp_path / "tb"))
     trainer = make_trainer(tmp_path / "out", tokenizer, max_steps=STEPS, report_to=["tensorboard"],
-                           budget_allocator="spo", max_generations=128)
+                           budget_allocator="spo", budget_max_generations=128)
     trainer.train()
     events = EventAccumulator(str(tmp_path / "tb"), size_guidance={"histograms": 0})
     events.Reload()
@@ -157,7 +157,7 @@ def test_an_evaluation_keeps_the_completions_table_aligned(tmp_path, tokenizer):
 @pytest.mark.parametrize("rule, said", [
     ({}, "allocation by KnapsackAllocator(.*) \\(budget_allocator='knapsack'\\), in one shot; prompts in TRL's "
          "sampler's order; advantage baseline 'group'"),
-    ({"budget_allocator": "spo", "max_generations": 128}, "SPOAllocator.*prompts drawn by SPO's weights; advantage "
+    ({"budget_allocator": "spo", "budget_max_generations": 128}, "SPOAllocator.*prompts drawn by SPO's weights; advantage "
                                                            "baseline 'spo'"),
     ({"probe_generations": 2, "advantage_baseline": "history"}, "with a probe stage; .* baseline 'history'")])
 def test_training_starts_with_a_line_naming_the_rule_in_effect(tmp_path, tokenizer, caplog, rule, said):

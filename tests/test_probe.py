@@ -104,7 +104,7 @@ def assert_advantages_over_whole_groups(trainer, recorder):
         # 3 prompts: a probe of 6 rows and a second stage of 6, neither a multiple of num_generations=4
         dict(generation_batch_size=12, per_device_train_batch_size=4, num_generations=4),
         dict(num_generations=3, per_device_train_batch_size=6),  # 2 prompts: 4 probe rows, groups of 3
-        dict(min_generations=1, max_generations=8, probe_generations=1),  # 2 prompts: 2 probe rows
+        dict(budget_min_generations=1, budget_max_generations=8, probe_generations=1),  # 2 prompts: 2 probe rows
     ],
     ids=["12-rows-groups-of-4", "6-rows-groups-of-3", "probe-of-1"],
 )
@@ -125,7 +125,7 @@ def test_a_probe_whose_stages_are_no_multiple_of_num_generations_trains(tmp_path
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        ({"probe_generations": 3}, "must lie between 0 .* and min_generations=2"),
+        ({"probe_generations": 3}, "must lie between 0 .* and budget_min_generations=2"),
         ({"probe_generations": -1}, "^probe_generations must be a whole number of at least 0"),
         ({"probe_generations": "2"}, "^probe_generations must be a whole number .* got '2'"),
         ({"probe_history_weight": -0.5}, "probe_history_weight must be a finite number, 0 or more"),
@@ -140,9 +140,9 @@ def test_probe_settings_that_cannot_work_are_refused(tmp_path, overrides, messag
 
 
 def test_a_probe_that_takes_the_whole_budget_still_has_advantages(tmp_path, tokenizer):
-    # probe_generations = min_generations = num_generations: the probe stage is the whole batch, every count is
+    # probe_generations = budget_min_generations = num_generations: the probe stage is the whole batch, every count is
     # num_generations. Its rows were scored with TRL's grouping off, so TRL's advantages are no GRPO advantages.
-    trainer = make_trainer(tmp_path, tokenizer, probe_generations=2, min_generations=2, num_generations=2,
+    trainer = make_trainer(tmp_path, tokenizer, probe_generations=2, budget_min_generations=2, num_generations=2,
                            max_steps=4)
     recorder = RowRecorder(trainer)
     trainer.train()

@@ -223,7 +223,7 @@ def test_statuses_follow_the_saved_pass_rate_rule(tmp_path):
 
 def test_spo_runs_report_each_prompts_estimate_and_visits(tmp_path, tokenizer):
     make_trainer(tmp_path, tokenizer, max_steps=2, spo_rho=0.875, dataset=make_dataset(6), save_strategy="steps",
-                 save_steps=1, budget_allocator="spo", max_generations=128, per_device_train_batch_size=8).train()
+                 save_steps=1, budget_allocator="spo", budget_max_generations=128, per_device_train_batch_size=8).train()
     report = build_report(tmp_path)
     assert report.spo_estimates is not None
     for index, step in enumerate(report.steps):

@@ -73,8 +73,8 @@ def test_a_column_setting_must_name_a_column(tmp_path, name):
 @pytest.mark.parametrize(
     "overrides, name",
     [
-        ({"max_generations": 10**40}, "max_generations"),
-        ({"min_generations": 10**40}, "min_generations"),
+        ({"budget_max_generations": 10**40}, "budget_max_generations"),
+        ({"budget_min_generations": 10**40}, "budget_min_generations"),
         ({"rounds_generations": 10**40}, "rounds_generations"),
         ({"budget_allocator": "reinforce_ada", "reinforce_ada_samples_per_round": 10**40},
          "reinforce_ada_samples_per_round"),
@@ -83,7 +83,7 @@ def test_a_column_setting_must_name_a_column(tmp_path, name):
     ],
 )
 def test_a_count_beyond_any_batch_is_refused_at_construction(tmp_path, overrides, name):
-    # Before: max_generations=10**40 passed and rounds failed at the first batch with an OverflowError.
+    # Before: budget_max_generations=10**40 passed and rounds failed at the first batch with an OverflowError.
     with pytest.raises(ValueError, match=f"^{name} must be a whole number of at most 2147483647, got 10000"):
         BudgetGRPOConfig(**config_kwargs(tmp_path, **overrides))
 
@@ -187,6 +187,7 @@ FORMER_NAMES = {
     "budget_dynamic_sampling_oversample": (2, {"budget_allocator": "uniform", "dynamic_sampling": True}),
     "budget_dynamic_sampling_max_gen_batches": (4, {"budget_allocator": "uniform", "dynamic_sampling": True}),
     "budget_loss_weighting": ("prompt", {}),
+    "min_generations": (3, {}), "max_generations": (8, {}),
 }
 
 
@@ -208,6 +209,50 @@ def test_a_former_name_and_its_new_name_set_apart_are_refused(tmp_path):
     with pytest.raises(ValueError, match=r"^budget_probe_generations=2 and probe_generations=1 both set "
                                          r"probe_generations \(budget_probe_generations is its former name\)"):
         BudgetGRPOConfig(**config_kwargs(tmp_path, budget_probe_generations=2, probe_generations=1))
+
+
+@pytest.mark.parametrize("given, said", [
+    ({"budget_probe_generations": "2"}, r"^budget_probe_generations must be a whole number of at least 0, got '2'\. "
+                                        r"\(budget_probe_generations is the former name of probe_generations\.\)$"),
+    ({"budget_max_rounds": 0, "rounds_generations": 2}, r"^budget_max_rounds must be a whole number of at least 1, got "
+                                                        r"0\. \(budget_max_rounds is the former name of rounds_max\.\)$"),
+    ({"min_generations": 5}, r"lie between min_generations \(5\) and budget_max_generations \(8\); .* "
+                             r"\(min_generations is the former name of budget_min_generations\.\)$"),
+])
+def test_a_refusal_of_a_setting_given_by_its_former_name_names_the_name_given(tmp_path, given, said):
+    # Before: budget_probe_generations='2' was refused as probe_generations, a name the user never typed.
+    with pytest.warns(FutureWarning), pytest.raises(ValueError, match=said):
+        BudgetGRPOConfig(**config_kwargs(tmp_path, **given))
+
+
+@pytest.mark.parametrize("typed, meant", [("budget_alocator", "budget_allocator"),
+                                          ("advantage_baselin", "advantage_baseline"),
+                                          ("num_generation", "num_generations")])
+def test_an_unknown_keyword_names_the_setting_probably_meant(tmp_path, typed, meant):
+    # Before: a bare TypeError, where `trl-budget grpo` names the flag that was meant.
+    kwargs = config_kwargs(tmp_path)
+    kwargs[typed] = kwargs.pop(meant, "knapsack")
+    with pytest.raises(TypeError, match=f"^BudgetGRPOConfig got an unexpected keyword argument '{typed}'. Did you mean "
+                                        f"'{meant}'\\?$"):
+        BudgetGRPOConfig(**kwargs)
+
+
+def test_one_prefix_names_the_allocation_bounds(tmp_path):
+    # budget_min_generations and budget_max_generations, as every other setting of the allocation; before, they were
+    # min_generations and max_generations, and the budget_ names were refused as unknown.
+    config = BudgetGRPOConfig(**config_kwargs(tmp_path, budget_min_generations=3, budget_max_generations=16))
+    assert config.generation_bounds() == (3, 16) and config.make_allocator().max_generations == 16
+
+
+def test_a_num_generations_trl_takes_is_taken_under_the_default_bounds(tmp_path):
+    # Before: num_generations=256, which GRPOConfig takes, was refused for exceeding max_generations=128.
+    kwargs = config_kwargs(tmp_path, num_generations=256, per_device_train_batch_size=256)
+    for name in ("budget_allocator", "budget_min_generations", "budget_max_generations"):
+        kwargs.pop(name)
+    config = BudgetGRPOConfig(**kwargs)
+    assert config.generation_bounds() == (2, 256)
+    with pytest.raises(ValueError, match="must lie between budget_min_generations"):  # a bound stated is kept
+        BudgetGRPOConfig(**kwargs, budget_max_generations=128)
 
 
 def test_a_recipe_and_the_command_line_take_the_former_names(tmp_path):

@@ -3,7 +3,7 @@
 import numpy as np
 from helpers import make_dataset, make_trainer
 
-SPO = dict(budget_allocator="spo", max_generations=128, per_device_train_batch_size=8)
+SPO = dict(budget_allocator="spo", budget_max_generations=128, per_device_train_batch_size=8)
 
 
 def test_kl_adaptive_rho_scores_truncated_completions_that_keep_no_token(tmp_path, tokenizer):
@@ -61,9 +61,9 @@ def test_kl_adaptive_rho_is_refused_for_prompts_with_images_and_a_constant_rho_t
                               for _ in range(2)])
 
     def trainer(**options):
-        kwargs = config_kwargs(tmp_path / "out", max_steps=2, bf16=False, budget_allocator="spo", max_generations=128,
+        kwargs = config_kwargs(tmp_path / "out", max_steps=2, bf16=False, budget_allocator="spo", budget_max_generations=128,
                                **options)
-        kwargs.pop("min_generations")
+        kwargs.pop("budget_min_generations")
         return BudgetGRPOTrainer(model=LlavaForConditionalGeneration.from_pretrained(folder),
                                  reward_funcs=first_token_parity, args=BudgetGRPOConfig(**kwargs), train_dataset=data,
                                  processing_class=LlavaProcessor.from_pretrained(folder))

@@ -15,7 +15,7 @@ from trl_budget import BudgetGRPOConfig, SPOTracker, prompt_key
 from trl_budget.demo.tiny import build_tiny_model
 from trl_budget.spo import forgetting_factor, response_drift, spo_advantages, spo_prior
 
-SPO = dict(budget_allocator="spo", max_generations=128, per_device_train_batch_size=8)
+SPO = dict(budget_allocator="spo", budget_max_generations=128, per_device_train_batch_size=8)
 
 
 def replayed_advantages(recorder, rho: float, rows: str = "last"):
@@ -49,21 +49,28 @@ def test_an_spo_run_trains_one_rollout_a_prompt_against_each_prompts_estimate_be
     assert len(logged) == 6 and all("spo/adv_after_norm/p50" in entry for entry in logged)
 
 
-def test_a_trainer_given_no_budget_setting_trains_spo_and_says_so(tmp_path, tokenizer, caplog):
+def test_a_trainer_given_budget_allocator_spo_trains_spo_and_says_what_it_changes(tmp_path, tokenizer, caplog):
     import logging
 
     from trl_budget import BudgetGRPOTrainer
 
     trainer = BudgetGRPOTrainer(model=build_tiny_model(tokenizer), reward_funcs=parity_reward,
-                                args=BudgetGRPOConfig(**grpo_kwargs(tmp_path, max_steps=2)),
+                                args=BudgetGRPOConfig(**grpo_kwargs(tmp_path, max_steps=2), budget_allocator="spo"),
                                 train_dataset=make_dataset(), processing_class=tokenizer)
     recorder = RowRecorder(trainer)
-    with caplog.at_level(logging.INFO, logger="trl_budget.trainer"):
+    with caplog.at_level(logging.WARNING, logger="trl_budget.trainer"):
         trainer.train()
-    lines = [record.getMessage() for record in caplog.records if record.getMessage().startswith("Rollout budget:")]
-    assert len(lines) == 1 and "(budget_allocator='spo')" in lines[0] and "drawn by SPO's weights" in lines[0]
-    assert lines[0].endswith("advantage baseline 'spo'.")
-    assert "1 rollout for each of the generation batch's 8 prompts (num_generations=4 is not read)" in lines[0]
+    lines = [record for record in caplog.records if record.getMessage().startswith("Rollout budget:")]
+    assert len(lines) == 1 and lines[0].levelname == "WARNING"
+    line = lines[0].getMessage()
+    assert "(budget_allocator='spo')" in line and "drawn by SPO's weights" in line and "baseline 'spo'." in line
+    assert "1 rollout for each of the generation batch's 8 prompts (num_generations=4 is not read)" in line
+    assert ("each generation batch trains 8 distinct prompts, 4 times GRPOTrainer's, one rollout each, so an epoch "
+            "(num_train_epochs) visits every prompt about 4 times") in line
+    assert "TRL's frac_reward_zero_std is not logged" in line
+    assert line.endswith("To train exactly as GRPOTrainer, set budget_allocator='uniform', "
+                         "advantage_baseline='group'.")
+    assert not any("frac_reward_zero_std" in entry for entry in trainer.state.log_history)
     for plan, _, _ in recorder.steps:  # 8 rollouts a step, as GRPO's batch: one for each of 8 prompts
         assert plan.counts.tolist() == [1] * 8
     assert trainer.spo is not None and len(trainer.spo.tracker) > 0
@@ -161,19 +168,20 @@ def test_rewards_outside_the_unit_interval_are_refused(tmp_path, tokenizer):
         return [2.0 * reward for reward in parity_reward(completions, answer)]
 
     trainer = make_trainer(tmp_path, tokenizer, max_steps=2, reward_funcs=doubled, **SPO)
-    with pytest.raises(ValueError, match="advantage_baseline='spo' counts each reward as a share of a success .* "
-                                         "rewards must lie in \\[0, 1\\]; a rollout's weighted reward is 2.0"):
+    with pytest.raises(ValueError, match="advantage_baseline='spo' counts each weighted reward as a share of a success "
+                                         ".* rewards must lie in \\[0, 1\\], and a rollout's weighted reward is 2.0"):
         trainer.train()
-    # Under the defaults the fix names the rule the user never chose, and the one setting that leaves it.
+    # Under SPO's allocator the fix names the setting that leaves it; the name chosen is not called the default.
     from trl_budget import BudgetGRPOTrainer
 
-    default = BudgetGRPOTrainer(model=build_tiny_model(tokenizer), reward_funcs=doubled, train_dataset=make_dataset(),
-                                args=BudgetGRPOConfig(**grpo_kwargs(tmp_path / "default", max_steps=1)),
-                                processing_class=tokenizer)
-    with pytest.raises(ValueError, match=r"into \[0, 1\], or, for rewards on another scale, set "
-                                         r"budget_allocator='uniform' \(GRPO's groups; this run's is "
-                                         r"budget_allocator='spo' \(the default\)\)\.$"):
-        default.train()
+    spo = BudgetGRPOTrainer(model=build_tiny_model(tokenizer), reward_funcs=doubled, train_dataset=make_dataset(),
+                            args=BudgetGRPOConfig(**grpo_kwargs(tmp_path / "spo", max_steps=1), budget_allocator="spo"),
+                            processing_class=tokenizer)
+    with pytest.raises(ValueError, match=r"with spo_reward_range=\[low, high\], or train GRPO's groups, which take "
+                                         r"rewards on any scale: remove budget_allocator='spo' \(the default is "
+                                         r"'uniform'\)\.$") as refused:
+        spo.train()
+    assert "(the default)" not in str(refused.value)
 
 
 def test_spos_baseline_inside_groups_and_its_sampling_under_another_allocator(tmp_path, tokenizer):
@@ -231,7 +239,7 @@ def test_an_spo_run_resumes_exactly(tmp_path, tokenizer):
     "overrides, message",
     [({"spo_rho": "0.9"}, "^spo_rho=0.9 is read only by SPO's tracker"),
      ({"spo_rollouts_per_prompt": 2}, "^spo_rollouts_per_prompt=2 is read only under budget_allocator='spo'"),
-     ({"budget_allocator": "spo", "min_generations": 1}, "^min_generations=1 is never read under "
+     ({"budget_allocator": "spo", "budget_min_generations": 1}, "^budget_min_generations=1 is never read under "
                                                           "budget_allocator='spo'"),
      ({"budget_allocator": "spo", "spo_offline_n": 4}, "^spo_offline_n=4 is read only with offline scores"),
      ({"prompt_sampling_pool": 4}, "^prompt_sampling_pool=4 is read only with prompt sampling"),
@@ -258,7 +266,7 @@ def test_an_spo_run_resumes_exactly(tmp_path, tokenizer):
 def test_spo_settings_that_cannot_work_are_refused(tmp_path, overrides, message):
     from helpers import config_kwargs
 
-    kwargs = config_kwargs(tmp_path, **{"max_generations": 128, **overrides})
+    kwargs = config_kwargs(tmp_path, **{"budget_max_generations": 128, **overrides})
     with pytest.raises(ValueError, match=message):
         BudgetGRPOConfig(**kwargs)
 
@@ -357,9 +365,9 @@ def test_rewards_outside_the_unit_interval_are_refused_wherever_spos_tracker_lea
         return [reward - 1.0 for reward in parity_reward(completions, answer)]
 
     trainer = make_trainer(tmp_path, tokenizer, max_steps=2, reward_funcs=penalty, prompt_sampling="spo")
-    with pytest.raises(ValueError, match="^SPO's tracker counts each reward as a share of a success .* a rollout's "
-                                         "weighted reward is -1.0.* or set advantage_baseline and prompt_sampling "
-                                         "to rules without SPO's tracker"):
+    with pytest.raises(ValueError, match="^SPO's tracker counts each weighted reward as a share of a success .* a "
+                                         "rollout's weighted reward is -1.0.* or set advantage_baseline and "
+                                         "prompt_sampling to rules without SPO's tracker"):
         trainer.train()
 
 

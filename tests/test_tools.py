@@ -80,7 +80,7 @@ def test_spo_with_tools_runs_each_rollouts_loop_and_keeps_its_tool_turns_in_the_
     trainer = make_trainer(tmp_path, tokenizer, model=AutoModelForCausalLM.from_pretrained(tool_model),
                            reward_funcs=reward, tools=[add], dataset=tool_dataset(), max_steps=3,
                            per_device_train_batch_size=16, max_completion_length=128, budget_allocator="spo",
-                           max_generations=128)
+                           budget_max_generations=128)
     kept = recording_outputs(trainer)
     trainer.train()
     assert all((plan.counts == 1).all() and len(plan.counts) == 16 for plan, _ in kept)

@@ -71,7 +71,7 @@ def test_uniform_reproduces_grpo_trainer(tmp_path, tokenizer):
     runs = []
     for trainer_class, config_class, extra in (
         (GRPOTrainer, GRPOConfig, {}),
-        (BudgetGRPOTrainer, BudgetGRPOConfig, {"budget_allocator": "uniform"}),
+        (BudgetGRPOTrainer, BudgetGRPOConfig, {"advantage_baseline": "group"}),  # the one setting GRPO's exactly
     ):
         trainer = trainer_class(
             model=build_tiny_model(tokenizer),
@@ -97,11 +97,12 @@ def test_plain_grpo_config_is_accepted(tmp_path, tokenizer):
     kwargs = grpo_kwargs(tmp_path / "plain", max_steps=2)
     trainer = BudgetGRPOTrainer(model=build_tiny_model(tokenizer), reward_funcs=parity_reward,
                                 args=GRPOConfig(**kwargs), train_dataset=make_dataset(), processing_class=tokenizer)
-    # A plain GRPOConfig takes the budget's defaults: SPO, one rollout for each of the batch's 8 prompts.
-    assert isinstance(trainer.args, BudgetGRPOConfig) and trainer.args.budget_allocator == "spo"
+    # A plain GRPOConfig takes the budget's defaults: GRPO's groups of num_generations, the history baseline.
+    assert isinstance(trainer.args, BudgetGRPOConfig) and trainer.args.budget_allocator == "uniform"
+    assert trainer.advantage_baseline == "history"
     trainer.train()
     logged = [entry["budget/rollouts_max"] for entry in trainer.state.log_history if "budget/rollouts_max" in entry]
-    assert logged == [1.0, 1.0]  # max_steps=2, one rollout a prompt in each
+    assert logged == [4.0, 4.0]  # max_steps=2, num_generations=4 rollouts a prompt in each
 
 
 @pytest.mark.parametrize(
@@ -195,13 +196,13 @@ def test_shared_tracker_is_used(tmp_path, tokenizer):
     "overrides, message",
     [
         ({"budget_allocator": "greedy"}, "budget_allocator='greedy' is unknown"),
-        ({"min_generations": 5}, "must lie between min_generations"),
-        ({"max_generations": 3}, "must lie between min_generations"),
-        ({"min_generations": 0}, "at least 1"),
+        ({"budget_min_generations": 5}, "must lie between budget_min_generations"),
+        ({"budget_max_generations": 3}, "must lie between budget_min_generations"),
+        ({"budget_min_generations": 0}, "at least 1"),
         # Each of these was accepted, or blamed on another setting, and failed later or never.
-        ({"min_generations": -1}, "^min_generations must be a whole number of at least 1, got -1"),
-        ({"min_generations": 2.5}, "^min_generations must be a whole number of at least 1, got 2.5"),
-        ({"max_generations": float("nan")}, "^max_generations must be a whole number"),
+        ({"budget_min_generations": -1}, "^budget_min_generations must be a whole number of at least 1, got -1"),
+        ({"budget_min_generations": 2.5}, "^budget_min_generations must be a whole number of at least 1, got 2.5"),
+        ({"budget_max_generations": float("nan")}, "^budget_max_generations must be a whole number"),
         ({"knapsack_zero_pass_generations": 1.5}, "^knapsack_zero_pass_generations must be a whole number"),
         ({"budget_allocator": "coba", "coba_kappa": float("nan")}, "^coba_kappa must be a finite number above 2"),
         ({"budget_allocator": "coba", "coba_kappa": float("inf")}, "^coba_kappa must be a finite number above 2"),

@@ -149,10 +149,10 @@ def test_rounds_prompt_by_prompt_are_refused_where_they_cannot_run(tmp_path, tok
         ({**REINFORCE_ADA, "reinforce_ada_samples_per_round": 5},
          r"this run has reinforce_ada_samples_per_round=5\. Choose multiples"),
         ({"rounds_generations": 3}, r"this run has rounds_generations=3\."),
-        ({"rounds_generations": 2, "rounds_first_generations": 3, "max_generations": 7},
-         r"this run has rounds_first_generations=3, max_generations=7\."),
-        ({"rounds_generations": 2, "min_generations": 3, "max_generations": 9},
-         r"this run has min_generations=3, max_generations=9\."),
+        ({"rounds_generations": 2, "rounds_first_generations": 3, "budget_max_generations": 7},
+         r"this run has rounds_first_generations=3, budget_max_generations=7\."),
+        ({"rounds_generations": 2, "budget_min_generations": 3, "budget_max_generations": 9},
+         r"this run has budget_min_generations=3, budget_max_generations=9\."),
     ],
 )
 def test_rounds_prompt_by_prompt_on_several_processes_are_refused_where_a_round_cannot_deal_evenly(

@@ -286,7 +286,7 @@ def test_server_mode_spo_draws_one_rollout_of_each_prompt_in_one_request_and_kee
     # KL-adaptive rho from forward passes over the engine's completions under the trained policy.
     rows = Rows()
     trainer = server_trainer(tmp_path, copy_model, vllm_server, rows, prompts=10, max_steps=4,
-                             budget_allocator="spo", max_generations=128)
+                             budget_allocator="spo", budget_max_generations=128)
     trainer.train()
     plans = PlanRecorder.plans
     assert requests_sent == [(8, 1)] * 4

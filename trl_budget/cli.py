@@ -16,10 +16,10 @@ from pathlib import Path
 from .allocators import allocator_names
 from .demo.settings import REINFORCE_ADA_AT_EQUAL_COST, REINFORCE_ADA_TRAINED, RLSettings, WarmStartSettings
 
-# The demo's default is the trainer's: SPO without its offline prior (the fifth study's answer, which
-# benchmarks/fifth_study/defaults_rule.py turned into the defaults), against uniform GRPO at the same rollouts: 512
-# prompts x 1 rollout a generation batch against 64 x 8. `--allocator uniform` compares uniform GRPO with the history
-# baseline instead (the fourth study's first primary).
+# The demo's default pair shows the most: SPO without its offline prior (the fifth study's spo-no-prior arm, switched
+# on in the trainer by budget_allocator='spo'), against uniform GRPO at the same rollouts: 512 prompts x 1 rollout a
+# generation batch against 64 x 8. `--allocator uniform` compares the trainer's default rule, uniform GRPO with the
+# history baseline, with GRPO's group baseline instead (the fourth study's first primary).
 DEMO_ALLOCATOR, DEMO_PROBE, UNIFORM_BASELINE = "spo", 0, "history"
 # Paired seeds: four pairs of this regime's runs train in about four minutes on 2 cores, two at once (the fifth
 # study's stored arithmetic runs took a median 69 s under SPO without its prior and 55 s under uniform GRPO, one thread
@@ -30,7 +30,7 @@ DEMO_PROCESSES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity"
 DEMO_BASELINES = ("group", "history")  # the two the fourth study compares; the allocator's own is the default
 # Each written by its study from its stored runs: the allocation study's (an allocator against uniform GRPO), the
 # fourth study's (the history baseline against GRPO's group baseline, uniform GRPO both) and the fifth study's (the
-# trainer's defaults, SPO, against uniform GRPO).
+# SPO against uniform GRPO).
 STUDY_ANSWER = Path(__file__).with_name("demo") / "study_answer.json"
 BASELINE_ANSWER = Path(__file__).with_name("demo") / "baseline_answer.json"
 SPO_ANSWER = Path(__file__).with_name("demo") / "spo_answer.json"
@@ -40,6 +40,9 @@ WHAT_YOU_SEE = (
     "(right), each the mean over the seeds. One seed's accuracy moves about a point either way, so a few paired seeds "
     "tell apart only what their interval above keeps away from 0; "
 )
+DEFAULT_RULE_SAYS = ("The trainer's default rule is uniform GRPO with the history baseline (`--allocator uniform` "
+                     "shows it), which keeps every GRPOTrainer setting's meaning; SPO is switched on with "
+                     "budget_allocator='spo', and changes what num_generations, a step and an epoch mean.")
 STUDY_SAYS = "{study} of this regime answers with 20 paired seeds (docs/choosing.md): {answer}"
 NO_ANSWER_SAYS = ("the demo carries no study's answer for {variant} (docs/studies/ gives every arm the studies ran). "
                   "The fifth study answers for the default pair, SPO against uniform GRPO (docs/choosing.md): {answer}")
@@ -62,9 +65,9 @@ def what_you_see(variant: str, allocator: str, baseline: str | None, probe: int 
     covers, that it has none (not another pair's answer)."""
     seen = WHAT_YOU_SEE.format(variant=variant)
     if (allocator, probe, baseline) not in ANSWERED_PAIRS:
-        return seen + NO_ANSWER_SAYS.format(variant=variant, answer=study_answer(SPO_ANSWER))
+        return f"{seen}{NO_ANSWER_SAYS.format(variant=variant, answer=study_answer(SPO_ANSWER))} {DEFAULT_RULE_SAYS}"
     study, answer = ANSWERED_PAIRS[allocator, probe, baseline]
-    return seen + STUDY_SAYS.format(study=study, answer=study_answer(answer))
+    return f"{seen}{STUDY_SAYS.format(study=study, answer=study_answer(answer))} {DEFAULT_RULE_SAYS}"
 
 
 MAX_SEED = 2**32 - 1  # numpy's legacy seeding, which transformers' set_seed calls, takes nothing larger
@@ -114,8 +117,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="train a tiny model on built-in arithmetic with an allocator or advantage baseline and with uniform "
         "GRPO, and compare",
         description="Warm-start a tiny model on built-in arithmetic (cached), then train it with BudgetGRPOTrainer "
-        "(by default with the trainer's defaults: SPO, one rollout for each of 8 times the prompts, drawn by SPO's "
-        "weights) and with uniform GRPO at the same rollout budget, on paired seeds; print a table and the paired "
+        "(by default with SPO, budget_allocator='spo': one rollout for each of 8 times the prompts, drawn by SPO's "
+        "weights; the trainer's default rule, uniform GRPO with the history baseline, is --allocator uniform) and "
+        "with uniform GRPO at the same rollout budget, on paired seeds; print a table and the paired "
         "differences, and write a PNG report.",
     )
     demo.add_argument("--allocator", choices=allocator_names(), default=DEMO_ALLOCATOR,
@@ -441,6 +445,13 @@ def dataclass_help(name: str) -> dict[str, str]:
     return entries
 
 
+# What a TRL flag means under the budget's rules, added to TRL's own text.
+TRL_FIELD_NOTES = {
+    "num_generations": "\n      trl_budget: as TRL under the default budget_allocator='uniform'; the average a prompt under "
+                       "'knapsack' or\n      'coba'; not read under 'spo' (one rollout a prompt).",
+}
+
+
 def grpo_help() -> str:
     """`trl-budget grpo --help`: the usage, the budget settings under their own heading, then every flag of `trl grpo`
     under TRL's, read from the sources without importing TRL, transformers or torch, so that it answers at once."""
@@ -449,14 +460,14 @@ def grpo_help() -> str:
     from .settings.renamed import RENAMED_SETTINGS  # plain Python: --help stays fast
 
     own = {name: entry for name, entry in budget.items() if name not in training}
+    # Former names stay accepted (with a warning) but are not offered.
     lines = [GRPO_USAGE.format(ours=ours), "", f"{BUDGET_HEADING}:",
              *(entry for name, entry in own.items() if name not in RENAMED_SETTINGS)]
-    lines += ["", "Former names of renamed budget settings (accepted until trl_budget 0.3):",
-              *(entry for name, entry in own.items() if name in RENAMED_SETTINGS)]
     for heading, name in TRL_HELP_GROUPS:
         entries = dataclass_help(name)
-        if name == "GRPOConfig":  # with the budget's default where it changes one of TRL's
-            entries = {field: budget.get(field, entry) for field, entry in entries.items()}
+        if name == "GRPOConfig":  # with the budget's default where it changes one of TRL's, and its notes
+            entries = {field: budget.get(field, entry) + TRL_FIELD_NOTES.get(field, "")
+                       for field, entry in entries.items()}
         lines += ["", f"{heading}:", *entries.values()] if entries else [
             "", f"{heading}: not found in the installed TRL; `trl grpo --help` lists it"]
     return "\n".join(lines)

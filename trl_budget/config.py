@@ -15,7 +15,7 @@ from .checks import (
 from .settings.allocation import AllocationSettings, parsed_allocator_kwargs
 from .settings.baselines import BaselineSettings
 from .settings.batches import BatchSettings, is_trl_group_check, sampler_group_size, trl_generation_batch
-from .settings.renamed import RenamedSettings
+from .settings.renamed import RenamedSettings, refusing_unknown_names
 from .settings.spo import SPOSettings
 from .settings.tracker import TrackerSettings
 from .settings.unread import UnreadSettings
@@ -55,10 +55,11 @@ class BudgetGRPOConfig(GRPOConfig, AllocationSettings, TrackerSettings, BatchSet
             allocation of the same batch (each prompt's expected length: its mean over its latest visit; unmeasured:
             the batch's mean). The allocator then maximises its value minus a price per expected token, the price
             searched so that the cap holds. `None`: rollouts alone are the budget, as in both releases.
-        min_generations (`int`, *optional*, defaults to `2`):
-            Fewest rollouts a prompt of the batch can receive.
-        max_generations (`int`, *optional*, defaults to `128`):
-            Most rollouts a prompt of the batch can receive.
+        budget_min_generations (`int`, *optional*, defaults to `2`):
+            Fewest rollouts a prompt of the batch can receive (formerly `min_generations`).
+        budget_max_generations (`int` or `None`, *optional*, defaults to `None`):
+            Most rollouts a prompt of the batch can receive (formerly `max_generations`). `None`: 128, or
+            `num_generations` where that is more, so that every `num_generations` TRL takes trains as it does there.
 
         > Parameters that control the capability tracker
 
@@ -143,7 +144,7 @@ class BudgetGRPOConfig(GRPOConfig, AllocationSettings, TrackerSettings, BatchSet
         probe_generations (`int`, *optional*, defaults to `0`):
             Rollouts of every prompt in a first (probe) stage of each generation batch, within the same budget: they
             are scored, each prompt's pass rate is re-estimated from them and its history, and the allocator spreads
-            the rest of the budget. At most `min_generations`. 0: no probe stage.
+            the rest of the budget. At most `budget_min_generations`. 0: no probe stage.
         probe_history_weight (`float`, *optional*, defaults to `0.5`):
             Weight of one past rollout against one probe rollout in that estimate (the mean of a Beta posterior whose
             prior is the discounted history).
@@ -156,11 +157,11 @@ class BudgetGRPOConfig(GRPOConfig, AllocationSettings, TrackerSettings, BatchSet
         rounds_generations (`int`, *optional*, defaults to `0`):
             Generate each batch in rounds: a first round of every prompt, then rounds of this many more rollouts for
             each prompt whose rollouts so far are all successes or all failures, until every prompt is mixed or has
-            `max_generations`, or the rounds run out; the allocator then spreads the budget left by its value (uniform:
+            `budget_max_generations`, or the rounds run out; the allocator then spreads the budget left by its value (uniform:
             evenly), from pass rates that include the batch's rollouts. Every rollout is trained. 0: no rounds.
         rounds_first_generations (`int` or `None`, *optional*, defaults to `None`):
-            Rollouts of every prompt in the first round, between `min_generations` and `num_generations`. `None`:
-            `min_generations`.
+            Rollouts of every prompt in the first round, between `budget_min_generations` and `num_generations`.
+            `None`: `budget_min_generations`.
         rounds_max (`int` or `None`, *optional*, defaults to `None`):
             Most rounds of sampling until mixed, the first included (each is one generation request); the allocator's
             top-up of the budget left is one more. `None`: until every prompt is mixed or capped, or the budget is
@@ -298,8 +299,14 @@ class BudgetGRPOConfig(GRPOConfig, AllocationSettings, TrackerSettings, BatchSet
         metadata={"help": "Cap on a batch's expected completion tokens, as a multiple of the uniform allocation's. "
                   "None: no cap (rollouts alone are the budget)."},
     )
-    min_generations: int = field(default=2, metadata={"help": "Fewest rollouts a prompt of the batch can receive."})
-    max_generations: int = field(default=128, metadata={"help": "Most rollouts a prompt of the batch can receive."})
+    budget_min_generations: int = field(
+        default=2, metadata={"help": "Fewest rollouts a prompt of the batch can receive (formerly min_generations)."},
+    )
+    budget_max_generations: int | None = field(
+        default=None,
+        metadata={"help": "Most rollouts a prompt of the batch can receive (formerly max_generations). None: 128, or "
+                  "num_generations where that is more."},
+    )
     pass_rate_window: int | None = field(
         default=None,
         metadata={"help": "Most recent visits of a prompt whose rollouts form its pass-rate estimate. None: the "
@@ -427,8 +434,8 @@ class BudgetGRPOConfig(GRPOConfig, AllocationSettings, TrackerSettings, BatchSet
     )
     rounds_first_generations: int | None = field(
         default=None,
-        metadata={"help": "With rounds, rollouts of every prompt in the first round (min_generations to "
-                  "num_generations). None: min_generations."},
+        metadata={"help": "With rounds, rollouts of every prompt in the first round (budget_min_generations to "
+                  "num_generations). None: budget_min_generations."},
     )
     rounds_max: int | None = field(
         default=None,
@@ -593,6 +600,12 @@ class BudgetGRPOConfig(GRPOConfig, AllocationSettings, TrackerSettings, BatchSet
     budget_loss_weighting: str | None = field(
         default=None, metadata={"help": "Deprecated: use `loss_weighting` instead (the same setting, renamed)."},
     )
+    min_generations: int | None = field(
+        default=None, metadata={"help": "Deprecated: use `budget_min_generations` instead (the same setting, renamed)."},
+    )
+    max_generations: int | None = field(
+        default=None, metadata={"help": "Deprecated: use `budget_max_generations` instead (the same setting, renamed)."},
+    )
 
     def __post_init__(self):
         self.apply_renamed_settings()
@@ -612,7 +625,10 @@ class BudgetGRPOConfig(GRPOConfig, AllocationSettings, TrackerSettings, BatchSet
             self.num_generations = sampler_group_size(self.generation_batch_size or trl_generation_batch(error),
                                                       self.num_generations)
             super().__post_init__()
-        self.check_budget_settings()
+        try:
+            self.check_budget_settings()
+        except ValueError as error:
+            raise ValueError(self.in_the_names_given(str(error))) from error
 
 
     def check_budget_settings(self) -> None:
@@ -623,13 +639,15 @@ class BudgetGRPOConfig(GRPOConfig, AllocationSettings, TrackerSettings, BatchSet
         """
         self.budget_allocator_kwargs = parsed_allocator_kwargs(self.budget_allocator_kwargs)
         self.check_setting_types()
-        for name in ("min_generations", "max_generations"):  # first: every later rule builds on them
-            check_whole_number(name, getattr(self, name), 1)
-        if not self.min_generations <= self.num_generations <= self.max_generations:
+        check_whole_number("budget_min_generations", self.budget_min_generations, 1)  # first: later rules build on
+        if self.budget_max_generations is not None:
+            check_whole_number("budget_max_generations", self.budget_max_generations, 1)
+        fewest, most = self.generation_bounds(rollouts_a_prompt=False)
+        if not fewest <= self.num_generations <= most:
             raise ValueError(
                 f"num_generations ({self.num_generations}) is the average number of rollouts per prompt, so it must "
-                f"lie between min_generations ({self.min_generations}) and max_generations ({self.max_generations}); "
-                "otherwise the batch's budget cannot be split within the bounds."
+                f"lie between budget_min_generations ({fewest}) and budget_max_generations ({most}); otherwise the "
+                "batch's budget cannot be split within the bounds."
             )
         self.resolve_release_settings()
         self.check_loss_weighting()
@@ -643,11 +661,11 @@ class BudgetGRPOConfig(GRPOConfig, AllocationSettings, TrackerSettings, BatchSet
                 "(from 0) or the name of one of the trainer's reward_funcs, or None for their weighted sum."
             )
         check_whole_number("probe_generations", self.probe_generations, 0)
-        if self.probe_generations > self.min_generations:
+        if self.probe_generations > self.budget_min_generations:
             raise ValueError(
                 f"probe_generations={self.probe_generations} must lie between 0 (no probe stage) and "
-                f"min_generations={self.min_generations}: the probe's rollouts are part of every prompt's count. "
-                "Lower it, or raise min_generations."
+                f"budget_min_generations={self.budget_min_generations}: the probe's rollouts are part of every "
+                "prompt's count. Lower it, or raise budget_min_generations."
             )
         self.check_round_settings()
         self.check_dynamic_sampling()
@@ -685,3 +703,6 @@ class BudgetGRPOConfig(GRPOConfig, AllocationSettings, TrackerSettings, BatchSet
                 setattr(config, budget_field.name, budget_field.default)
         config.check_budget_settings()
         return config
+
+
+BudgetGRPOConfig.__init__ = refusing_unknown_names(BudgetGRPOConfig.__init__)

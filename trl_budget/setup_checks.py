@@ -196,9 +196,9 @@ def check_rounds_deal_evenly(args: BudgetGRPOConfig, allocator) -> None:
     if hasattr(allocator, "round_rule"):
         amounts = {"reinforce_ada_samples_per_round": args.reinforce_ada_samples_per_round}
     else:
-        first = ("rounds_first_generations" if args.rounds_first_generations else "min_generations")
+        first = ("rounds_first_generations" if args.rounds_first_generations else "budget_min_generations")
         amounts = {first: getattr(args, first), "rounds_generations": args.rounds_generations,
-                   "max_generations": args.max_generations}
+                   "budget_max_generations": args.generation_bounds()[1]}
     uneven = {name: value for name, value in amounts.items() if value % args.world_size}
     if uneven:
         settings = ", ".join(f"{name}={value}" for name, value in uneven.items())
@@ -339,14 +339,14 @@ def warn_if_rounds_cannot_follow_the_first(allocator, args: BudgetGRPOConfig, pr
             "under reinforce_ada_max_generated."
         )
     elif args.rounds_generations:
-        first = args.rounds_first_generations or args.min_generations
+        first = args.rounds_first_generations or args.budget_min_generations
         if first < args.num_generations:
             return
         logger.warning(
             f"Rounds until mixed can never take a second round here: rounds_first_generations={first} equals "
             f"num_generations, so the first round ({prompts_per_batch} prompts x {first} = "
             f"{prompts_per_batch * first} rollouts) spends the batch's whole budget, and every batch is uniform "
-            "GRPO. Lower rounds_first_generations (it defaults to min_generations)."
+            "GRPO. Lower rounds_first_generations (it defaults to budget_min_generations)."
         )
 
 

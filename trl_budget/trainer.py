@@ -262,13 +262,15 @@ class BudgetGRPOTrainer(GRPOTrainer):
         if hasattr(self.allocator, "round_rule"):  # a rule of rounds chosen as an allocator: Reinforce-Ada
             return self.allocator.round_rule(self.accelerator.num_processes)
         if args.rounds_generations:
+            fewest, most = args.generation_bounds()
+
             def top_up_by_value(pass_rates, counts, spare):
                 return self._on_main_process(
                     "Rollout allocation",
-                    lambda: top_up(self.allocator, pass_rates, counts, spare, failure_rate, args.max_generations))
+                    lambda: top_up(self.allocator, pass_rates, counts, spare, failure_rate, most))
 
-            first = args.rounds_first_generations or args.min_generations
-            return UntilMixed(first, args.rounds_generations, args.max_generations, budget,
+            first = args.rounds_first_generations or fewest
+            return UntilMixed(first, args.rounds_generations, most, budget,
                               self.accelerator.num_processes, args.rounds_max, fresh_rates, top_up_by_value)
         if args.probe_generations:
             return ProbeThenAllocate(args.probe_generations, history_rates,

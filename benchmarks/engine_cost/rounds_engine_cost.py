@@ -211,7 +211,7 @@ def train_arm(label: str, mode: str, model: Path, outcomes: np.ndarray, batches:
     args = BudgetGRPOConfig(
         output_dir=tempfile.mkdtemp(), use_cpu=True, report_to=[], save_strategy="no", logging_steps=1,
         use_vllm=True, **engine, per_device_train_batch_size=rows_per_update, steps_per_generation=UPDATES_PER_BATCH,
-        num_generations=num_generations, min_generations=2, max_generations=most,
+        num_generations=num_generations, budget_min_generations=2, budget_max_generations=most,
         max_completion_length=completion_cap(lengths), temperature=1.0, learning_rate=1e-4,
         prompt_id_column="index", seed=seed, **shape, **options)
     trainer_class = timed_trainer_class(frozen=real)

@@ -37,7 +37,7 @@ def run(kind: str, model_dir: Path, output_dir: Path, use_vllm: bool) -> dict:
         trainer_class, args = GRPOTrainer, GRPOConfig(**common)
     else:
         trainer_class, args = BudgetGRPOTrainer, BudgetGRPOConfig(**common, budget_allocator=kind,
-                                                                  min_generations=2, max_generations=64)
+                                                                  budget_min_generations=2, budget_max_generations=64)
     problems = make_problems(64, seed=0)
     trainer = trainer_class(
         model=str(model_dir), reward_funcs=exact_match_reward, args=args,

@@ -80,9 +80,11 @@ def allocator_class(name: str) -> type:
         return _REGISTRY[name][0]
     module_name, separator, attribute = name.partition(":") if ":" in name else name.rpartition(".")
     if not separator or not module_name or not attribute:
+        grpo = (" GRPO's equal split is 'uniform' (the default); for GRPOTrainer exactly, set budget_allocator="
+                "'uniform', advantage_baseline='group'." if name.lower() == "grpo" else "")
         raise ValueError(
             f"budget_allocator={name!r} is unknown: choose one of {', '.join(_REGISTRY)}, or give a dotted path to "
-            "your allocator class (`my_package.my_module:MyAllocator`)."
+            f"your allocator class (`my_package.my_module:MyAllocator`).{grpo}"
         )
     if module_name.startswith("."):
         raise ValueError(f"budget_allocator={name!r} is a relative module path; give the absolute one "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import shutil
 import time
@@ -235,11 +236,16 @@ def run_rl(model_path: Path, allocator: str, seed: int, settings: RLSettings, ou
     """Train the warm-started model with `allocator` on `task` and return its curves, under `label` (default: the
     allocator).
 
-    `config_overrides` are further `BudgetGRPOConfig` settings (e.g. `knapsack_fallback=False`). Every training row
+    `config_overrides` are further `BudgetGRPOConfig` settings (e.g. `knapsack_fallback=False`). `uniform` without
+    an `advantage_baseline` is GRPO's group baseline, as every study's uniform arm ran it (the trainer's default
+    baseline under `uniform` is the history baseline). Every training row
     has its `level`; with `prompt_priors` (prompt -> pass rate) also a `prior` column.
     """
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
+    logging.getLogger("trl_budget.trainer").setLevel(logging.ERROR)  # the demo says itself which rule each run trains
+    if allocator == "uniform":
+        config_overrides.setdefault("advantage_baseline", "group")
     tokenizer = PreTrainedTokenizerFast.from_pretrained(model_path)
     train, held_out = split_problems(settings.train_prompts, settings.eval_prompts, settings.data_seed, settings.levels,
                                      task)
@@ -248,8 +254,8 @@ def run_rl(model_path: Path, allocator: str, seed: int, settings: RLSettings, ou
         per_device_train_batch_size=settings.rollouts_per_step,
         num_generations=settings.num_generations,
         steps_per_generation=settings.updates_per_batch,
-        min_generations=settings.min_generations,
-        max_generations=settings.max_generations,
+        budget_min_generations=settings.min_generations,
+        budget_max_generations=settings.max_generations,
         budget_allocator=allocator,
         max_completion_length=task.max_answer_tokens,
         temperature=settings.temperature,

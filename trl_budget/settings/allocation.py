@@ -57,6 +57,9 @@ def check_allocator_kwargs(allocator: str, cls, kwargs: dict[str, Any] | None) -
         )
 
 
+DEFAULT_MAX_GENERATIONS = 128  # budget_max_generations=None, unless num_generations is more
+
+
 class AllocationSettings:
     """`BudgetGRPOConfig`'s part for the allocator the settings build, its options, bounds and batch shape."""
 
@@ -68,8 +71,8 @@ class AllocationSettings:
         # SPO's fields name its tracker's settings too: the allocator takes the options its constructor names.
         options = {f.name[len(prefix):]: getattr(self, f.name) for f in fields(self) if f.name.startswith(prefix)
                    and (accepted is None or f.name[len(prefix):] in accepted)}
-        common = {"min_generations": self.min_generations, "max_generations": self.max_generations,
-                  "default_generations": self.num_generations}
+        fewest, most = self.generation_bounds(rollouts_a_prompt=False)
+        common = {"min_generations": fewest, "max_generations": most, "default_generations": self.num_generations}
         options.update({name: value for name, value in common.items() if accepted is None or name in accepted})
         options.update(self.budget_allocator_kwargs or {})
         return options
@@ -97,9 +100,11 @@ class AllocationSettings:
 
     def _field_of_option(self, option: str) -> str:
         """Where an allocator's constructor option came from: the kwargs, an `<allocator>_<option>` field, or a
-        common field (min_generations, ...)."""
+        common field (budget_min_generations, ...)."""
         if option in (self.budget_allocator_kwargs or {}):
             return f"budget_allocator_kwargs[{option!r}]"
+        if option in ("min_generations", "max_generations"):
+            return f"budget_{option}"
         prefixed = f"{self.budget_allocator}_{option}"
         return prefixed if hasattr(self, prefixed) else option
 
@@ -111,11 +116,13 @@ class AllocationSettings:
                 setattr(self, TRACKER_FIELDS[argument], value)
                 from_release.add(TRACKER_FIELDS[argument])
 
-    def generation_bounds(self) -> tuple[int, int]:
-        """The fewest and most rollouts a prompt of a batch may get: SPO's rollouts a prompt under its allocator."""
-        if self.budget_allocator == "spo":
+    def generation_bounds(self, rollouts_a_prompt: bool = True) -> tuple[int, int]:
+        """The fewest and most rollouts a prompt of a batch may get (`budget_max_generations=None`: 128, or
+        num_generations where that is more); with `rollouts_a_prompt`, SPO's rollouts a prompt under its allocator."""
+        if rollouts_a_prompt and self.budget_allocator == "spo":
             return self.spo_rollouts_per_prompt, self.spo_rollouts_per_prompt
-        return self.min_generations, self.max_generations
+        most = self.budget_max_generations
+        return self.budget_min_generations, max(DEFAULT_MAX_GENERATIONS, self.num_generations) if most is None else most
 
     def prompts_per_generation_batch(self) -> int:
         """Distinct prompts a generation batch trains (its sampled prompts under prompt sampling)."""

@@ -25,11 +25,13 @@ class BatchSettings:
         if self.rounds_max is not None:
             check_whole_number("rounds_max", self.rounds_max, 1)
         first = self.rounds_first_generations
-        if first is not None and not (is_whole_number(first) and self.min_generations <= first <= self.num_generations):
+        if first is not None and not (is_whole_number(first)
+                                      and self.budget_min_generations <= first <= self.num_generations):
             raise ValueError(
-                f"rounds_first_generations must be a whole number from min_generations={self.min_generations} "
+                f"rounds_first_generations must be a whole number from budget_min_generations="
+                f"{self.budget_min_generations} "
                 f"(every prompt's fewest rollouts) to num_generations={self.num_generations} (a first round of more "
-                f"would exceed the batch's budget), or None for min_generations; got {shown(first)}."
+                f"would exceed the batch's budget), or None for budget_min_generations; got {shown(first)}."
             )
         if self.rounds_generations and self.probe_generations:
             raise ValueError(

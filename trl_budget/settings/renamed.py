@@ -1,8 +1,13 @@
-"""The former names of renamed settings, accepted with a FutureWarning for a release."""
+"""Settings' names: the former names of renamed settings, accepted with a FutureWarning for a release, and a
+name the config does not know, refused with the one that was probably meant."""
 
 from __future__ import annotations
 
+import difflib
+import functools
+import re
 import warnings
+from dataclasses import fields
 
 from .common import same_value
 
@@ -23,6 +28,8 @@ RENAMED_SETTINGS = {
     "budget_dynamic_sampling_max_gen_batches": "dynamic_sampling_max_gen_batches",
     "budget_dynamic_sampling": "dynamic_sampling",
     "budget_loss_weighting": "loss_weighting",
+    "min_generations": "budget_min_generations",
+    "max_generations": "budget_max_generations",
 }
 
 
@@ -41,6 +48,32 @@ class RenamedSettings:
                 raise ValueError(f"{old}={value!r} and {new}={current!r} both set {new} ({old} is its former name). "
                                  f"Keep {new} only.")
             warnings.warn(f"{old} is deprecated and will be removed in trl_budget 0.3: use {new}={value!r} instead "
-                          "(the same setting, renamed).", FutureWarning, stacklevel=4)
+                          "(the same setting, renamed).", FutureWarning, stacklevel=5)
             setattr(self, new, value)
             setattr(self, old, None)
+            self.__dict__.setdefault("_former_names", {})[new] = old
+
+    def in_the_names_given(self, message: str) -> str:
+        """A refusal of a setting given under its former name, restated with the name the user typed."""
+        former = self.__dict__.get("_former_names", {})
+        named = [new for new in former if re.search(rf"\b{new}\b", message)]
+        for new in named:
+            message = re.sub(rf"\b{new}\b", former[new], message)
+        notes = "; ".join(f"{former[new]} is the former name of {new}" for new in named)
+        return f"{message} ({notes}.)" if notes else message
+
+
+def refusing_unknown_names(init):
+    """A dataclass `__init__` that refuses a keyword it does not take as Python does (a TypeError), naming the setting
+    that was probably meant, as `trl-budget grpo` names the flag."""
+    @functools.wraps(init)
+    def __init__(self, *args, **kwargs):
+        known = [f.name for f in fields(type(self)) if f.init]
+        unknown = [name for name in kwargs if name not in known]
+        if unknown:
+            close = difflib.get_close_matches(unknown[0], known, n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise TypeError(f"{type(self).__name__} got an unexpected keyword argument {unknown[0]!r}.{hint}")
+        init(self, *args, **kwargs)
+
+    return __init__

@@ -82,7 +82,7 @@ class UnreadSettings:
         if self.budget_allocator == "spo":
             return (f"under {allocator_in_words(self)}: every prompt gets spo_rollouts_per_prompt rollouts in one "
                     "round, its prompts drawn by prompt sampling"), dict.fromkeys(
-                ("min_generations", "max_generations", "probe_generations", "rounds_generations",
+                ("budget_min_generations", "budget_max_generations", "probe_generations", "rounds_generations",
                  "rounds_first_generations", "rounds_max", "budget_token_cap", "pass_rate_prior_column",
                  "prompt_group_column", "pass_rate_prior_strength", "probe_history_weight",
                  "probe_prior_strength", "rounds_prompt_by_prompt"),
