@@ -823,3 +823,66 @@ def test_the_defaults_rule_was_committed_after_the_runs_it_reads_and_before_the_
     assert summary in stored_runs_at(SUMMARY_COMMIT)
     assert len([name for name in stored_runs_at(SUMMARY_COMMIT) if "/run_cache/fifth-study-" in name]) == FIFTH["runs"]
 
+
+
+def fifth_section(start: str, end: str) -> str:
+    """A section of the fifth study's page without its table rows (`test_the_fifth_study_page_states_its_tables_...`
+    checks those row by row)."""
+    text = (ROOT / "docs" / "studies" / "fifth.md").read_text()
+    section = text[text.index(start):text.index(end)]
+    return " ".join(" ".join(line for line in section.splitlines() if not line.startswith("|")).split())
+
+
+def test_every_figure_of_the_fifth_studys_primaries_and_secondaries_prose_comes_from_a_stored_result():
+    low, high = FIFTH["preregistered"]["seeds"]
+    gates = "{} in arithmetic, {} in sorting and {} in brackets".format(
+        *[interval(FIFTH["room_gates"][family]) for family in FAMILIES])
+    primaries = list(FIFTH["primary"].values())
+    observed = [test["mde80_observed"] for test in primaries]
+    ratios = [test["mde80_observed"] / test["mde80"] for test in primaries]
+    worst = max(FIFTH["primary"], key=lambda name: FIFTH["primary"][name]["mde80_observed"] / FIFTH["primary"][name][
+        "mde80"])
+    area = fifth("brackets: uniform-n8-history - spo")["curve_area"]["diff"]
+    prior_gain = "{}, {} and {}".format(*[upper(test) for test in in_each_family("spo - spo-no-prior")])
+    cause = in_each_family("spo - spo-baseline-n8")
+    in_groups = in_each_family("spo-baseline-n8 - uniform-n8")
+    sampling = in_each_family("history-spo-sampling - uniform-n8-history")
+    assert all(test["holm"]["significant"] for test in cause)
+    assert [test["holm"]["significant"] for test in in_groups] == [False, False, True]
+    assert not any(test["holm"]["significant"] for test in sampling)
+    assert {FIFTH["arms"][family][arm]["nonzero_advantage_share"] for family in FAMILIES for arm in SPO_ARMS} == {1.0}
+    expected = [
+        f"over seeds {low}–{high}", f"uniform n = 16 − n = 8 is {minus(gates)}.",
+        f"MDEs of {min(observed) * 100:.2f}–{max(observed) * 100:.2f} point, from {min(ratios):.0%} to "
+        f"{max(ratios):.0%} of the planned ones",
+        f"was planned at {FIFTH['primary'][worst]['mde80'] * 100:.2f} point (it had no pilot of SPO) and observed at "
+        f"{FIFTH['primary'][worst]['mde80_observed'] * 100:.2f}",
+        f"learning curve's area ({points(area)})",
+        f"a gain of the prior larger than {prior_gain} point",
+        "{}, {} and {} points, Holm-significant in every family".format(*[points(test["diff"]) for test in cause]),
+        "in arithmetic and sorting ({}, {}, not significant) and gains {} in brackets".format(
+            *[points(test["diff"]) for test in in_groups]),
+        "{}, {}, {}, none significant after Holm (brackets' Holm p {})".format(
+            *[points(test["diff"]) for test in sampling], holm_p(sampling[2])),
+        f"({visits('spo')} against {visits('uniform-n8')} times a run)",
+        f"(the share is {FIFTH['arms']['arithmetic']['spo']['nonzero_advantage_share']:.3f}:",
+    ]
+    allowed = ("95%", "between 0 and 1", "a 0/1 reward", *study_settings())
+    assert worst == "brackets: spo - uniform-n8"  # the page names it
+    assert_stated_and_nothing_else(fifth_section("## The primaries", "## The cost"), expected, allowed)
+
+
+SPO_ARMS = ("spo", "spo-no-prior")
+
+
+def test_every_figure_of_the_spo_pages_account_of_the_study_comes_from_a_stored_result():
+    text = " ".join((ROOT / "docs" / "spo.md").read_text().split())
+    opening = text[text.index("Here, in the [fifth"):text.index("```python")]
+    gains, family, spo_gain = spo_baseline_in_groups()
+    expected = [generated_in_all(),
+                f"every prompt of a pool of {pool()} was visited about {visits('spo')} times a run under SPO, "
+                f"{visits('uniform-n8')} under uniform"]
+    assert_stated_and_nothing_else(opening, expected, ("DAPO-Math-17k", *study_settings()))
+    kin = text[text.index("## Kin"):text.index("## Citation")]
+    assert_stated_and_nothing_else(
+        kin, [f"groups of 8 gained {gains} over uniform, significant {spo_baseline_in_groups_significant()}"])
