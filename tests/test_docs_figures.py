@@ -1,12 +1,15 @@
 """The figures the README and the docs state about the studies, read back from the stored results they come from.
 
 Each test formats the figures from `benchmarks/*/results/*.json` (and the stored runs) and finds them in the page's
-text; on the README's results and on the decision page (`docs/choosing.md`), every figure left once those are taken
-out fails the test, so a figure without a stored result behind it cannot be stated there.
+text; on the README's results, the decision page (`docs/choosing.md`), SPO's page and the fifth study's page, every
+figure left once those are taken out fails the test, integers included, so a figure without a stored result behind it
+cannot be stated there. Claims whose words follow from the stored intervals ("above 0 only in sorting", "significant
+only in brackets") are written out from them, so a reworded claim fails too.
 """
 
 import json
 import re
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +19,8 @@ from trl_budget.demo.report import comparison_cells
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS = ROOT / "benchmarks"
-FIGURE = re.compile(r"\d\.\d|\d%|\d×")  # a decimal, a share or a ratio: what a stated result looks like
+FIGURE = re.compile(r"\d+")  # any digit left: a decimal, a share, a ratio or a count
+CODE = re.compile(r"`[^`]*`|\]\([^)]*\)")  # code spans (settings, arm names) and link targets state no figure
 
 
 def read(path: str) -> dict:
@@ -63,6 +67,71 @@ def post_hoc(name: str) -> dict:
 def equal_rollouts(name: str) -> dict:
     family, comparison = name.split(": ")
     return FIFTH["at_equal_cost"][family][comparison]["generated_rollouts"]
+
+
+def families_where(holds, tests: list[dict]) -> list[str]:
+    return [family for family, test in zip(FAMILIES, tests) if holds(test)]
+
+
+def only_in(families: list[str]) -> str:
+    """'only in sorting' when the claim holds in some families but not all (the test fails otherwise)."""
+    assert 0 < len(families) < len(FAMILIES), families
+    return "only in " + " and ".join(families)
+
+
+def spo_lead_above_zero_at_equal_rollouts() -> str:
+    """Where SPO's lead over the history baseline, its prior's rollouts counted, has its interval above 0."""
+    return only_in(families_where(lambda test: test["ci95"][1] < 0,
+                                  in_each_family("uniform-n8-history - spo", equal_rollouts)))
+
+
+def spo_baseline_in_groups_significant() -> str:
+    """Where SPO's baseline inside GRPO's groups is significant after Holm against uniform."""
+    return only_in(families_where(lambda test: test["holm"]["significant"],
+                                  in_each_family("spo-baseline-n8 - uniform-n8")))
+
+
+def spo_baseline_in_groups() -> str:
+    """'+0.46, +0.51 and +1.70 ... (significant only in brackets, where SPO gained +3.89)'."""
+    gains = [points(test["diff"]) for test in in_each_family("spo-baseline-n8 - uniform-n8")]
+    (family,) = spo_baseline_in_groups_significant().removeprefix("only in ").split(" and ")
+    return f"{gains[0]}, {gains[1]} and {gains[2]}", family, points(fifth(f"{family}: spo - uniform-n8")["diff"])
+
+
+def generated_in_all() -> str:
+    """'73 728 generated in a run against 61 440': SPO with its prior against uniform n = 8, the same in every family."""
+    counts = {(FIFTH["arms"][family]["spo"]["generated_in_all"], FIFTH["arms"][family]["uniform-n8"]["generated_in_all"])
+              for family in FAMILIES}
+    ((spo, uniform),) = counts
+    return f"{spo:,.0f} generated in a run against {uniform:,.0f}".replace(",", " ")
+
+
+def visits(arm: str) -> str:
+    """Visits per prompt in a run, as the prose rounds them (the same in every family)."""
+    (mean,) = {f"{FIFTH['arms'][family][arm]['visits_mean']:.0f}" for family in FAMILIES}
+    return mean
+
+
+def pool() -> str:
+    import fifth_study
+
+    return f"{fifth_study.arm_settings('arithmetic', 'uniform-n8', False).train_prompts:,}".replace(",", " ")
+
+
+def study_settings() -> tuple[str, ...]:
+    """The fifth study's settings as the pages state them (the studies' common layout: seeds, updates, group sizes),
+    read from its pre-registration and its arms' records, not results but tied all the same."""
+    registered = FIFTH["preregistered"]
+    low, high = registered["seeds"]
+    seeds, updates = high - low + 1, registered["budget_updates"]
+    n8, n16 = (registered["arms"][arm]["num_generations"] for arm in ("uniform-n8", "uniform-n16"))
+    batch = int(FIFTH["arms"]["arithmetic"]["uniform-n8"]["generated_rollouts"])
+    prompts = batch // n8
+    return (f"{seeds} paired seeds", f"over {seeds} seeds", f"{n8} rollouts per prompt", f"{n8} rollouts a prompt",
+            f"the same {updates} updates", f"n = {n8}", f"n = {n16}", f"{batch // prompts} times",
+            f"{batch} prompts × 1 rollout for {prompts} × {n8}", f"groups of {n8}", f"{updates} updates",
+            f"{seeds} paired", f"{batch} instead of {prompts}", f"{batch} prompts",
+            f"{batch} distinct prompts against {prompts} sent {n8} times")
 
 
 def spo_engine(prompt_tokens: int) -> str:
@@ -158,9 +227,9 @@ def assert_stated_and_nothing_else(text: str, expected: list[str], allowed: tupl
         text = text.replace(figure, " \0 ")
     # A figure expected plain (not significant after Holm) but set in bold leaves its asterisks beside the mark.
     assert "** \0" not in text and "\0 **" not in text, "a figure in bold that is not significant after Holm"
-    text = text.replace("\0", " ")
-    left = FIGURE.search(text)
-    assert not left, f"a figure without a stored result: ...{text[max(0, left.start() - 80):left.start() + 80]}..."
+    text = CODE.sub(" ", text.replace("\0", " "))
+    left = [text[max(0, found.start() - 60):found.start() + 40] for found in FIGURE.finditer(text)]
+    assert not left, f"figures without a stored result: {left[:8]}"
 
 
 def table_rows(text: str) -> dict[str, str]:
@@ -189,7 +258,8 @@ def decision_rows() -> dict[str, list[str]]:
                 *[points(test["diff"]) for test in in_each_family("spo-no-prior - uniform-n8-history", post_hoc)])],
         "SPO as released": [
             *[f"{shown(test)} (fifth, primary)" for test in in_each_family("spo - uniform-n8")],
-            f"{FIFTH['arms']['arithmetic']['spo']['prior_rollouts']:,.0f} more rollouts".replace(",", " "),
+            f"{FIFTH['arms']['arithmetic']['spo']['prior_rollouts']:,.0f} more rollouts once for the prior "
+            f"({FIFTH['preregistered']['arms']['spo']['settings']['spo_offline_n']} a training prompt)".replace(",", " "),
             "the prior against none: {}, {}, {}, not detected".format(
                 *[points(test["diff"]) for test in in_each_family("spo - spo-no-prior")])],
         "history baseline against SPO": [
@@ -197,7 +267,9 @@ def decision_rows() -> dict[str, list[str]]:
             "at equal generated rollouts {}, {} and {}".format(
                 *[points(test["diff"]) for test in in_each_family("uniform-n8-history - spo", equal_rollouts)])],
         "SPO's baseline inside GRPO's groups": [
-            f"{shown(test)} (fifth)" for test in in_each_family("spo-baseline-n8 - uniform-n8")],
+            *[f"{shown(test)} (fifth)" for test in in_each_family("spo-baseline-n8 - uniform-n8")],
+            f"the prior's {FIFTH['arms']['arithmetic']['spo-baseline-n8']['prior_rollouts']:,.0f} rollouts a run".replace(
+                ",", " ")],
         "SPO's sampling on the history baseline": [
             f"{shown(test)} (fifth)" for test in in_each_family("history-spo-sampling - uniform-n8-history")],
         "history baseline on uniform GRPO": [
@@ -211,6 +283,8 @@ def decision_rows() -> dict[str, list[str]]:
             f"{holm_p(fourth('arithmetic: knapsack-history - knapsack'))})",
             f"{shown(fourth('sorting: knapsack-history - knapsack'))} (fourth)"],
         "history window": [
+            "{:.0f} visits against {:.0f}".format(*(FOURTH["preregistered"]["arms"][arm]["settings"][
+                "advantage_history_window"] for arm in ("uniform-n8-history", "uniform-n8-history-short"))),
             f"{shown(window[a])} (fourth)", f"{shown(window[s])} (fourth)",
             f"not ruled out up to {upper(window[a])} and {upper(window[s])} point"],
         "Knapsack RL": [
@@ -307,14 +381,30 @@ def test_the_decision_page_states_each_rules_figures_as_recorded_in_its_row():
     rows = table_rows((ROOT / "docs" / "choosing.md").read_text())
     for start, figures in decision_rows().items():
         line = row(rows, start)
-        assert_stated_and_nothing_else(line, figures)
+        assert_stated_and_nothing_else(line, figures, study_settings())
 
 
 def test_every_figure_on_the_decision_page_comes_from_a_stored_result():
     # The non-results it states: the releases' model sizes, and item 2's arithmetic of a ceiling and item 4's threshold.
-    allowed = ("95%", "1.5–8B", "With z below 0.2 the ceiling is 1.25×", "by more than 0.8 point")
+    allowed = ("95%", "1.5–8B", "With z below 0.2 the ceiling is 1.25×", "by more than 0.8 point", "DAPO-Math-17k",
+               "1/(1 − z)", "(1 − z)", "(item 3)", "(item 8)", "(100 to 500 tokens on average", "of about 2 points",
+               *[f"{item}. **" for item in range(1, 9)], *study_settings())
     text = " ".join((ROOT / "docs" / "choosing.md").read_text().split())
-    expected = [figure for figures in decision_rows().values() for figure in figures] + decision_prose()
+    gains, family, spo_gain = spo_baseline_in_groups()
+    fifth_prose = [
+        generated_in_all(),
+        f"interval above 0 {spo_lead_above_zero_at_equal_rollouts()} (unadjusted)",
+        f"gained {gains} over uniform: significant {spo_baseline_in_groups_significant()}, where SPO gained {spo_gain}",
+        f"every prompt of a pool of {pool()} came back about {visits('spo')} times a run under SPO ({visits('uniform-n8')} "
+        "under uniform)",
+        f"visit every prompt of a {pool()}-prompt pool about {visits('spo')} times",
+        f"where every prompt came back about {visits('uniform-n8-history')} times a run",
+        f"where each prompt came back about {visits('spo')} times a run",
+        "lost about {} points to SPO on every task".format(*{f"{test['diff'] * 100:.0f}" for test in
+                                                           in_each_family("spo - spo-baseline-n8")}),
+        f"(while costing {FIFTH['arms']['arithmetic']['spo']['prior_rollouts']:,.0f} rollouts)".replace(",", " "),
+    ]
+    expected = [figure for figures in decision_rows().values() for figure in figures] + decision_prose() + fifth_prose
     assert_stated_and_nothing_else(text, expected, allowed)
 
 
@@ -334,7 +424,9 @@ def readme_rows() -> dict[str, list[str]]:
     return {
         "**SPO** without a prior": [*[shown(test) for test in in_each_family("spo-no-prior - uniform-n8")],
                                     f"engine time {spo_engine(24)} measured (median; {spo_engine_spread(24)} over rounds)"],
-        "SPO as released": [f"{shown(test)}, exact p {exact_p(test)}" for test in in_each_family("spo - uniform-n8")],
+        "SPO as released": [*[f"{shown(test)}, exact p {exact_p(test)}" for test in in_each_family("spo - uniform-n8")],
+                            f"{FIFTH['arms']['arithmetic']['spo']['prior_rollouts']:,.0f} rollouts once for the "
+                            "prior".replace(",", " ")],
         "history baseline against SPO": [
             *[shown(test) for test in in_each_family("uniform-n8-history - spo")],
             "at equal generated rollouts: {}, {}, {}".format(
@@ -372,7 +464,7 @@ def readme_rows() -> dict[str, list[str]]:
 def test_the_readme_states_each_rules_figures_as_recorded_in_its_row():
     rows = table_rows(readme_results())
     for start, figures in readme_rows().items():
-        assert_stated_and_nothing_else(row(rows, start), figures)
+        assert_stated_and_nothing_else(row(rows, start), figures, study_settings())
 
 
 def test_every_figure_of_the_readmes_results_comes_from_a_stored_result():
@@ -383,8 +475,21 @@ def test_every_figure_of_the_readmes_results_comes_from_a_stored_result():
         f"it turns a loss into a gain ({interval(fourth('sorting: knapsack-history - knapsack'))} in sorting)",
         f"({percent(waste('sorting'))} of the prompts without a gradient under uniform)",
     ]
+    gains, family, spo_gain = spo_baseline_in_groups()
+    prose += [
+        generated_in_all(),
+        "led uniform at equal generated rollouts in every family" if all(
+            test["ci95"][0] > 0 for test in in_each_family("spo - uniform-n8", equal_rollouts)) else "(not so)",
+        f"interval above 0 {spo_lead_above_zero_at_equal_rollouts()} (unadjusted)",
+        f"gained {gains} points over uniform (significant {spo_baseline_in_groups_significant()}, where SPO gained "
+        f"{spo_gain})",
+        f"a pool of {pool()} prompts, each visited about {visits('spo')} times a run under SPO and "
+        f"{visits('uniform-n8')} under uniform",
+        f"{spo_engine(24)} measured with 24-token prompts, {spo_engine(96)} with 96-token ones",
+    ]
     expected = [figure for figures in readme_rows().values() for figure in figures] + prose
-    assert_stated_and_nothing_else(" ".join(readme_results().split()), expected, allowed=("95%", "1.5–8B"))
+    allowed = ("95%", "1.5–8B", "DAPO-Math-17k", "a mean of 100 to 500 tokens", *study_settings())
+    assert_stated_and_nothing_else(" ".join(readme_results().split()), expected, allowed)
 
 
 # The fourth study's page: engine time, measured and modelled.
@@ -658,16 +763,126 @@ def test_every_figure_of_the_fifth_studys_answer_comes_from_a_stored_result():
         f"({in_brackets('history-spo-sampling - uniform-n8-history')}, none significant)",
         f"{in_brackets('spo - spo-no-prior')} points, none",
         f"at {FIFTH['arms']['arithmetic']['spo']['prior_rollouts']:,.0f} more".replace(",", " "),
+        f"({FIFTH['preregistered']['arms']['spo']['settings']['spo_offline_n']} rollouts of each of the {pool()} "
+        "training prompts)",
         f"gained {listed('spo-no-prior - uniform-n8')} points",
         f"({in_brackets('spo - uniform-n8', equal_rollouts)})",
-        f"only in sorting (unadjusted; {-history_equal[1]['diff'] * 100:.2f} point; {-history_equal[0]['diff'] * 100:.2f} and "
+        f"interval above 0 {spo_lead_above_zero_at_equal_rollouts()} (unadjusted; {-history_equal[1]['diff'] * 100:.2f} point; {-history_equal[0]['diff'] * 100:.2f} and "
         f"{-history_equal[2]['diff'] * 100:.2f} point",
         f"slowest ratio measured ({SPO_ENGINE['prompt_24_tokens']['spo_over_grpo_max']:.2f}× uniform's)",
         f"({in_brackets('spo-no-prior - uniform-n8-history', post_hoc)}; post hoc)",
         f"gained {listed('uniform-n8-history - uniform-n8')} points",
         "(all six primaries", "(4.35× in agentic",
-        f"about {FIFTH['arms']['arithmetic']['spo']['visits_mean']:.0f} times in a run instead of "
-        f"{FIFTH['arms']['arithmetic']['uniform-n8']['visits_mean']:.0f}",
+        f"about {visits('spo')} times in a run instead of {visits('uniform-n8')}",
         f"point estimates: {in_brackets('uniform-n8-history - spo', equal_rollouts)} for history − SPO)",
+        f"on top: {generated_in_all()})",
+        f"over uniform it gained {listed('spo-baseline-n8 - uniform-n8')} points (significant after Holm "
+        f"{spo_baseline_in_groups_significant()}, where it carried {spo_baseline_in_groups()[0].split(' and ')[1]} of "
+        f"SPO's {spo_baseline_in_groups()[2]})",
+        "lost about {} points to SPO in every family".format(*{f"{test['diff'] * 100:.0f}" for test in
+                                                             in_each_family("spo - spo-baseline-n8")}),
+        f"(the {len(DEFAULTS_RULE_ARMS) * len(FAMILIES) * seeds()} runs of the primaries' and room gates' four arms, "
+        f"{RULE_COMMIT_RUNS} of the {FIFTH['runs']})",
+        f"committed ({RULE_COMMIT})", f"first committed ({SUMMARY_COMMIT}, after the last run)",
+        f"a pool of {pool()} prompts that a run of {FIFTH['preregistered']['budget_updates']} updates covers "
+        f"{visits('spo')} times",
     ]
-    assert_stated_and_nothing_else(fifth_answer(), expected, allowed=("2-layer", "12 288", "1 500", "960 updates"))
+    allowed = ("2-layer", *study_settings())
+    assert_stated_and_nothing_else(fifth_answer(), expected, allowed)
+
+
+# The defaults' rule's provenance as the fifth study's page states it, from the repository's history.
+RULE_COMMIT, SUMMARY_COMMIT, RULE_COMMIT_RUNS = "0fda16d", "bf3dc6e", 292
+DEFAULTS_RULE_ARMS = ("uniform-n8", "uniform-n16", "uniform-n8-history", "spo")  # the primaries' and room gates' arms
+
+
+def seeds() -> int:
+    low, high = FIFTH["preregistered"]["seeds"]
+    return high - low + 1
+
+
+def stored_runs_at(commit: str) -> list[str]:
+    listing = subprocess.run(["git", "-C", str(ROOT), "ls-tree", "-r", "--name-only", commit,
+                              "benchmarks/fifth_study/results/"], capture_output=True, text=True, check=True)
+    return listing.stdout.split()
+
+
+def test_the_defaults_rule_was_committed_after_the_runs_it_reads_and_before_the_summary():
+    known = subprocess.run(["git", "-C", str(ROOT), "cat-file", "-e", f"{RULE_COMMIT}^{{commit}}"], capture_output=True)
+    if known.returncode:
+        pytest.skip("a clone without the fifth study's history")
+    at_rule = stored_runs_at(RULE_COMMIT)
+    assert "benchmarks/fifth_study/defaults_rule.py" not in stored_runs_at(f"{RULE_COMMIT}~1")
+    runs = [name for name in at_rule if "/run_cache/fifth-study-" in name]
+    assert len(runs) == RULE_COMMIT_RUNS
+    for family in FAMILIES:
+        for arm in DEFAULTS_RULE_ARMS:
+            assert len([name for name in runs if re.search(rf"fifth-study-{family}-{arm}-5\d\d-", name)]) == seeds()
+    summary = "benchmarks/fifth_study/results/fifth_study.json"
+    assert summary not in at_rule and summary not in stored_runs_at(f"{SUMMARY_COMMIT}~1")
+    assert summary in stored_runs_at(SUMMARY_COMMIT)
+    assert len([name for name in stored_runs_at(SUMMARY_COMMIT) if "/run_cache/fifth-study-" in name]) == FIFTH["runs"]
+
+
+
+def fifth_section(start: str, end: str) -> str:
+    """A section of the fifth study's page without its table rows (`test_the_fifth_study_page_states_its_tables_...`
+    checks those row by row)."""
+    text = (ROOT / "docs" / "studies" / "fifth.md").read_text()
+    section = text[text.index(start):text.index(end)]
+    return " ".join(" ".join(line for line in section.splitlines() if not line.startswith("|")).split())
+
+
+def test_every_figure_of_the_fifth_studys_primaries_and_secondaries_prose_comes_from_a_stored_result():
+    low, high = FIFTH["preregistered"]["seeds"]
+    gates = "{} in arithmetic, {} in sorting and {} in brackets".format(
+        *[interval(FIFTH["room_gates"][family]) for family in FAMILIES])
+    primaries = list(FIFTH["primary"].values())
+    observed = [test["mde80_observed"] for test in primaries]
+    ratios = [test["mde80_observed"] / test["mde80"] for test in primaries]
+    worst = max(FIFTH["primary"], key=lambda name: FIFTH["primary"][name]["mde80_observed"] / FIFTH["primary"][name][
+        "mde80"])
+    area = fifth("brackets: uniform-n8-history - spo")["curve_area"]["diff"]
+    prior_gain = "{}, {} and {}".format(*[upper(test) for test in in_each_family("spo - spo-no-prior")])
+    cause = in_each_family("spo - spo-baseline-n8")
+    in_groups = in_each_family("spo-baseline-n8 - uniform-n8")
+    sampling = in_each_family("history-spo-sampling - uniform-n8-history")
+    assert all(test["holm"]["significant"] for test in cause)
+    assert [test["holm"]["significant"] for test in in_groups] == [False, False, True]
+    assert not any(test["holm"]["significant"] for test in sampling)
+    assert {FIFTH["arms"][family][arm]["nonzero_advantage_share"] for family in FAMILIES for arm in SPO_ARMS} == {1.0}
+    expected = [
+        f"over seeds {low}–{high}", f"uniform n = 16 − n = 8 is {minus(gates)}.",
+        f"MDEs of {min(observed) * 100:.2f}–{max(observed) * 100:.2f} point, from {min(ratios):.0%} to "
+        f"{max(ratios):.0%} of the planned ones",
+        f"was planned at {FIFTH['primary'][worst]['mde80'] * 100:.2f} point (it had no pilot of SPO) and observed at "
+        f"{FIFTH['primary'][worst]['mde80_observed'] * 100:.2f}",
+        f"learning curve's area ({points(area)})",
+        f"a gain of the prior larger than {prior_gain} point",
+        "{}, {} and {} points, Holm-significant in every family".format(*[points(test["diff"]) for test in cause]),
+        "in arithmetic and sorting ({}, {}, not significant) and gains {} in brackets".format(
+            *[points(test["diff"]) for test in in_groups]),
+        "{}, {}, {}, none significant after Holm (brackets' Holm p {})".format(
+            *[points(test["diff"]) for test in sampling], holm_p(sampling[2])),
+        f"({visits('spo')} against {visits('uniform-n8')} times a run)",
+        f"(the share is {FIFTH['arms']['arithmetic']['spo']['nonzero_advantage_share']:.3f}:",
+    ]
+    allowed = ("95%", "between 0 and 1", "a 0/1 reward", *study_settings())
+    assert worst == "brackets: spo - uniform-n8"  # the page names it
+    assert_stated_and_nothing_else(fifth_section("## The primaries", "## The cost"), expected, allowed)
+
+
+SPO_ARMS = ("spo", "spo-no-prior")
+
+
+def test_every_figure_of_the_spo_pages_account_of_the_study_comes_from_a_stored_result():
+    text = " ".join((ROOT / "docs" / "spo.md").read_text().split())
+    opening = text[text.index("Here, in the [fifth"):text.index("```python")]
+    gains, family, spo_gain = spo_baseline_in_groups()
+    expected = [generated_in_all(),
+                f"every prompt of a pool of {pool()} was visited about {visits('spo')} times a run under SPO, "
+                f"{visits('uniform-n8')} under uniform"]
+    assert_stated_and_nothing_else(opening, expected, ("DAPO-Math-17k", *study_settings()))
+    kin = text[text.index("## Kin"):text.index("## Citation")]
+    assert_stated_and_nothing_else(
+        kin, [f"groups of 8 gained {gains} over uniform, significant {spo_baseline_in_groups_significant()}"])

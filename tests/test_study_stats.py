@@ -15,20 +15,36 @@ from trl_budget.demo.study_stats import (
 )
 
 
+# Four-decimal tables, with the few degrees of freedom of the demo's four seeds (3) and of pilots among them.
 @pytest.mark.parametrize("probability, df, tabulated", [
-    (0.975, 5, 2.571), (0.975, 19, 2.093), (0.975, 30, 2.042), (0.8, 19, 0.861), (0.8, 4, 0.941),
-    (0.995, 5, 4.032), (0.995, 19, 2.861), (0.99, 9, 2.821), (0.9, 10, 1.372),
+    (0.975, 1, 12.7062), (0.975, 2, 4.3027), (0.975, 3, 3.1824), (0.8, 3, 0.9785), (0.975, 4, 2.7764),
+    (0.975, 5, 2.5706), (0.975, 19, 2.0930), (0.975, 30, 2.0423), (0.8, 19, 0.8610), (0.8, 4, 0.9410),
+    (0.995, 5, 4.0321), (0.995, 19, 2.8609), (0.99, 9, 2.8214), (0.9, 10, 1.3722), (0.025, 3, -3.1824),
 ])
 def test_t_quantile_matches_the_table(probability, df, tabulated):
-    assert t_quantile(probability, df) == pytest.approx(tabulated, abs=0.004)
+    assert t_quantile(probability, df) == pytest.approx(tabulated, abs=6e-5)
+
+
+def test_t_quantile_matches_scipy_to_float_precision():
+    stats = pytest.importorskip("scipy.stats")
+    for df in (1, 2, 3, 4, 7, 19, 39, 200):
+        for probability in (0.6, 0.8, 0.9, 0.975, 0.99, 0.995, 1 - 0.05 / 12, 0.9999):
+            assert t_quantile(probability, df) == pytest.approx(stats.t.ppf(probability, df), rel=1e-11)
+
+
+def test_t_quantile_refuses_what_it_cannot_compute():
+    with pytest.raises(ValueError, match="df must be a whole number"):
+        t_quantile(0.975, 2.5)
+    with pytest.raises(ValueError, match="probability must be strictly between 0 and 1"):
+        t_quantile(1.0, 3)
 
 
 def test_paired_interval_by_hand():
-    differences = [0.01, 0.03, -0.01, 0.05]  # mean 0.02, sd 0.025820, t(0.975, 3) = 3.182
+    differences = [0.01, 0.03, -0.01, 0.05]  # mean 0.02, sd 0.025820, t(0.975, 3) = 3.18245
     mean, (low, high) = paired_interval(differences)
-    half = 3.182 * np.std(differences, ddof=1) / 2
+    half = 3.18245 * np.std(differences, ddof=1) / 2
     assert mean == pytest.approx(0.02)
-    assert low == pytest.approx(0.02 - half, abs=2e-4) and high == pytest.approx(0.02 + half, abs=2e-4)
+    assert low == pytest.approx(0.02 - half, abs=1e-6) and high == pytest.approx(0.02 + half, abs=1e-6)
     with pytest.raises(ValueError, match="at least 2 seeds"):
         paired_interval([0.1])
 

@@ -3,6 +3,7 @@
     python benchmarks/demo/demo_record.py            # results/demo-<kernels>-<cpu>.json
     ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2 \
         python benchmarks/demo/demo_record.py        # the same on AVX2 kernels, on a CPU that has more
+    python benchmarks/demo/demo_record.py --stored-only   # each record's paired figures again from its seeds' values
 
 A run's floats are bit for bit the same only within one instruction-set class: torch's CPU kernels (and MKL's and
 oneDNN's) are chosen by the CPU's SIMD flags, so another class gives other sums and another trajectory from the same
@@ -28,6 +29,7 @@ import time
 from pathlib import Path
 
 from trl_budget.cli import main as trl_budget
+from trl_budget.demo.report import paired_figure
 from trl_budget.demo.run_cache import code_digest
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -58,8 +60,34 @@ def record_name(machine: dict) -> str:
     return f"demo-{machine['torch_cpu_capability'].lower()}-{machine['cpu_family']}-{machine['cpu_model']}.json"
 
 
+def rederive_paired(recorded: dict) -> dict:
+    """The record with each paired figure's mean and interval computed again, by the current code, from the seed-by-seed
+    differences it stores (trains nothing); `paired_rederived` names that code when anything changed."""
+    paired = {label: {name: paired_figure(figure["differences"]) for name, figure in figures.items()}
+              for label, figures in recorded.get("paired", {}).items()}
+    if paired == recorded.get("paired", {}):
+        return recorded
+    return {**recorded, "paired": paired,
+            "paired_rederived": {"command": "python benchmarks/demo/demo_record.py --stored-only",
+                                 "code": code_digest()}}
+
+
+def rederive_stored() -> None:
+    for path in sorted(RESULTS.rglob("demo-*.json")):
+        recorded = json.loads(path.read_text())
+        again = rederive_paired(recorded)
+        if again != recorded:
+            path.write_text(json.dumps(again, indent=1) + "\n")
+            print(f"{path}: paired figures derived again")
+
+
 if __name__ == "__main__":
-    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--stored-only", action="store_true",
+                        help="derive each stored record's paired figures again from its seeds' differences; train nothing")
+    if parser.parse_args().stored_only:
+        rederive_stored()
+        raise SystemExit
     recorded = record([])
     path = RESULTS / record_name(recorded["machine"])
     path.write_text(json.dumps(recorded, indent=1) + "\n")

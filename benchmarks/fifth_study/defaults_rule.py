@@ -1,6 +1,13 @@
-"""Which rule the trainer's defaults set, decided from the fifth study's results by a rule fixed before they were read.
+"""Which rule the trainer's defaults set, decided from the fifth study's results by a rule outside its pre-registration.
 
     python benchmarks/fifth_study/defaults_rule.py      # the rule results/fifth_study.json gives, and the demo's answer
+
+What the commit order shows: this rule was committed (0fda16d) after every run it reads was stored (the 240 runs of
+the four arms in the primaries and room gates, 292 of the study's 420) and before the study's summary,
+results/fifth_study.json, was first committed (bf3dc6e, after the last run). The stored runs hold each run's accuracy,
+so the repository cannot show that none was read first: the rule is post hoc. It names SPO as released, with its
+prior; the defaults leave the prior out (the study's `spo-no-prior` arm), a choice made after the results, from the
+secondary `spo - spo-no-prior`, which detected no gain from the prior: post hoc as well.
 
 It also writes the answer `trl-budget demo` prints for its default pair (the trainer's defaults against uniform GRPO),
 `trl_budget/demo/spo_answer.json`: the study's `spo-no-prior - uniform-n8` on arithmetic, the demo's task and regime.
