@@ -598,7 +598,8 @@ def _callback_class() -> type:
         """At each checkpoint save, logs the report of the run so far to W&B, on the main process, when a W&B run is
         active (`wandb.run`): `budget_report/prompts` (`prompt_table`: each prompt's rollouts, pass rate, status at
         the checkpoint just saved) and `budget_report/shares` (`shares_table`: the statuses over checkpoints).
-        Add it yourself: `BudgetGRPOTrainer(..., callbacks=[BudgetReportCallback()])`.
+        `trl-budget grpo` adds it where W&B is on; in Python, add it yourself:
+        `BudgetGRPOTrainer(..., callbacks=[BudgetReportCallback()])`.
 
         Args:
             prompts: the training prompts (or rows holding them under `prompt`), to show texts in place of digests.
