@@ -316,6 +316,15 @@ def test_with_offline_priors_spos_state_holds_every_training_prompt_and_unvisite
     assert not np.isnan(report.spo_estimates).any()  # every prompt has its prior
 
 
+def test_the_commands_help_states_spos_thresholds(capsys):
+    from trl_budget.run_report import SPO_HOPELESS_AT, SPO_SOLVED_AT
+
+    with pytest.raises(SystemExit):
+        main(["report", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert f"solved p >= {SPO_SOLVED_AT}, hopeless p <= {SPO_HOPELESS_AT}" in text
+
+
 @pytest.mark.parametrize("rho", np.linspace(0.875, 1.0, 6).tolist())
 def test_from_spos_uninformed_prior_four_outcomes_running_make_a_prompt_solved_or_hopeless_and_three_do_not(rho):
     # DEFINITIONS and docs/report.md state it for every constant rho from 0.875 to 1.
