@@ -246,5 +246,8 @@ def _plot_visits(axis, runs: list[dict], colours: dict) -> None:
     for allocator, run in arms.items():
         axis.hist(run["visits_per_prompt"], bins=np.arange(-0.5, most + 1.5), histtype="step", linewidth=1.5,
                   color=colours[allocator], label=f"{allocator} (seed {run['seed']})")
+    from matplotlib.ticker import MaxNLocator
+
     axis.set(xlabel="generation batches a prompt was in (0: never drawn)", ylabel="training prompts",
              title="Visits per prompt over the run")
+    axis.xaxis.set_major_locator(MaxNLocator(integer=True))  # visits are whole
