@@ -565,7 +565,7 @@ def plot_report(report: RunReport, path: str | os.PathLike, top: int = 30) -> Pa
     ticks = np.unique(np.linspace(0, len(report.steps) - 1, min(len(report.steps), 10)).round().astype(int))
     rates_axis.set_xticks(ticks, [str(report.steps[t]) for t in ticks])
     estimate = ESTIMATE_NAMES[report.statuses_from]
-    rates_axis.set(xlabel="step (checkpoint)", title=f"{estimate.capitalize()} of the {len(shown)} prompts with the "
+    rates_axis.set(xlabel="step (checkpoint)", title=f"{estimate[0].upper() + estimate[1:]} of the {len(shown)} prompts with the "
                    "most rollouts (grey: none)")
     figure.colorbar(image, ax=rates_axis, label=estimate)
     for name in LOGGED_IN_FIGURE:
