@@ -118,6 +118,52 @@ def test_trl_budget_grpo_passes_the_checkpoint_a_word_names_to_every_process(tmp
         grpo_launch_command([*flags, "true", "--output_dir", str(tmp_path / "new")], None)
 
 
+# ------------------------------------------------------------------------------------------ the report's W&B tables
+
+
+def test_the_script_adds_the_report_callback_where_wandb_is_on_only(tmp_path, tokenizer):
+    from helpers import config_kwargs, parity_reward
+
+    from trl_budget import BudgetGRPOConfig
+    from trl_budget.run_report import BudgetReportCallback
+
+    for report_to, added in (([], False), (["tensorboard"], False), (["wandb"], True), (["wandb", "tensorboard"], True)):
+        trainer = budget_grpo.budget_trainer(
+            model=build_tiny_model(tokenizer), processing_class=tokenizer, reward_funcs=parity_reward,
+            train_dataset=make_dataset(3),
+            args=BudgetGRPOConfig(**config_kwargs(tmp_path, report_to=report_to, budget_allocator="knapsack")))
+        callbacks = [c for c in trainer.callback_handler.callbacks if isinstance(c, BudgetReportCallback)]
+        assert len(callbacks) == added, report_to
+        assert not added or set(callbacks[0].texts.values()) == {row["prompt"] for row in make_dataset(3)}
+
+
+@pytest.mark.slow
+def test_trl_budget_grpo_sends_the_reports_tables_to_wandb(model_folder, data_folder, tmp_path):
+    # W&B offline, the real launcher: a table of prompts and one of shares at each of the two saves, as the report
+    # of the run's folder builds them, with the training prompts' texts.
+    import os
+
+    from trl_budget.run_report import build_report, prompt_table, prompt_texts, shares_table
+
+    output = tmp_path / "out"
+    environment = {**os.environ, "WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path), "WANDB_SILENT": "true",
+                   "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])}
+    result = subprocess.run([sys.executable, "-m", "trl_budget", "grpo", *recipe(
+        model_folder, data_folder, output, "--max_steps", "2", "--save_strategy", "steps", "--save_steps", "1",
+        "--report_to", "wandb")], capture_output=True, text=True, timeout=600, cwd=tmp_path, env=environment)
+    assert result.returncode == 0, result.stderr[-5000:]
+    (tables,) = tmp_path.glob("wandb/offline-run-*/files/media/table/budget_report")
+    logged = {name: sorted(tables.glob(f"{name}_*.table.json"), key=lambda path: int(path.name.split("_")[1]))
+              for name in ("prompts", "shares")}
+    assert [len(files) for files in logged.values()] == [2, 2]
+    report = build_report(output, prompt_texts(make_dataset(8), "the training rows"))
+    for name, table in (("prompts", prompt_table), ("shares", shares_table)):
+        last = json.loads(logged[name][-1].read_text())
+        columns, rows = table(report)
+        assert last["columns"] == columns and last["data"] == [list(row) for row in rows]
+    assert {row[1] for row in prompt_table(report)[1]} <= {row["prompt"] for row in make_dataset(8)}
+
+
 # ------------------------------------------------------------------------------------------------- --num_processes
 
 

@@ -69,6 +69,9 @@ def test_the_demo_end_to_end_on_the_sorting_task(tmp_path):
     result = run_rl(model, "uniform", 0, settings, tmp_path / "run", show_progress=False, task=sorting)
     assert [point["step"] for point in result["curve"]] == [0, 2, 4]
     assert set(result["curve"][0]) >= {"accuracy", "level_1", "level_2", "train_accuracy"}
+    visits = result["visits_per_prompt"]  # each training prompt's batches, the demo's third panel under SPO
+    assert len(visits) == 16 and visits == sorted(visits, reverse=True)
+    assert sum(visits) == len(result["histograms"]["4"])  # one visit per prompt of every batch up to step 4
 
 
 def test_demo_end_to_end(tmp_path, capsys):
@@ -628,6 +631,57 @@ def test_the_report_names_the_decoding_its_accuracy_was_measured_with(tmp_path, 
     plot_report([run], tmp_path / "greedy.png", eval_samples=0)
     plot_report([run], tmp_path / "sampled.png", eval_samples=4, temperature=1.0)
     assert labels == ["greedy exact-match accuracy", "exact-match accuracy (4 samples, T=1)"]
+
+
+def drawn_panels(monkeypatch, runs: list[dict], path: Path) -> list:
+    """The axes of the demo's PNG as `plot_report` draws them for `runs`."""
+    import matplotlib.figure
+
+    from trl_budget.demo.report import plot_report
+
+    drawn = []
+    save = matplotlib.figure.Figure.savefig
+
+    def recording(figure, *args, **kwargs):
+        drawn.extend(figure.axes)
+        return save(figure, *args, **kwargs)
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", recording)
+    plot_report(runs, path)
+    return drawn
+
+
+def demo_run(allocator: str, histograms: dict, visits: list[int], seed: int = 0) -> dict:
+    return {"allocator": allocator, "seed": seed, "effective_ratio": [0.5, 0.6], "histograms": histograms,
+            "visits_per_prompt": visits, "curve": [{"rollouts": 0, "accuracy": 0.4, "train_accuracy": 0.4},
+                                                   {"rollouts": 64, "accuracy": 0.5, "train_accuracy": 0.5}]}
+
+
+def test_the_third_panel_shows_what_spo_spends_the_visits_per_prompt(tmp_path, monkeypatch):
+    # SPO: one rollout for each prompt of each batch, so its rollouts per prompt are one bar; its budget is in how
+    # often each prompt was drawn, against uniform's even passes.
+    spo = demo_run("spo", {"8": [1] * 8, "16": [1] * 8}, [4, 3, 3, 2, 2, 1, 1, 0])
+    uniform = demo_run("uniform", {"8": [8, 8], "16": [8, 8]}, [2] * 8)
+    panel = drawn_panels(monkeypatch, [spo, uniform, {**spo, "seed": 1}], tmp_path / "spo.png")[2]
+    assert panel.get_title() == "Visits per prompt over the run"
+    assert [text.get_text() for text in panel.get_legend().get_texts()] == ["spo (seed 0)", "uniform (seed 0)"]
+    for run, outline in zip((spo, uniform), panel.patches):  # each arm's step histogram over visits 0 to 4
+        left_edges_and_heights = outline.get_xy()[1:-1:2]  # the outline's corner at each bin's top left
+        assert left_edges_and_heights.tolist() == [[visits - 0.5, count] for visits, count in
+                                                   enumerate(np.bincount(run["visits_per_prompt"], minlength=5))]
+    # A rule whose batches vary keeps the rollouts per prompt of its batches.
+    knapsack = demo_run("knapsack", {"8": [2, 6, 8], "16": [4, 4, 8]}, [2, 2, 2])
+    panel = drawn_panels(monkeypatch, [knapsack, uniform], tmp_path / "knapsack.png")[2]
+    assert panel.get_title() == "Rollouts per prompt (knapsack)"
+    assert sorted(patch.get_height() for patch in panel.patches if patch.get_height()) == [1, 1, 1, 1, 2]
+
+
+def test_a_run_records_each_training_prompts_visits():
+    from collections import Counter
+
+    from trl_budget.demo.run import visit_counts
+
+    assert visit_counts(Counter({"a": 1, "b": 3}), prompts=4) == [3, 1, 0, 0]
 
 
 def test_the_length_models_completions_have_the_lengths_of_their_class():

@@ -84,12 +84,14 @@ def test_histograms_in_wandb_and_tensorboard(logged_run):
         assert sum(histogram["values"]) == prompts_per_step
         assert histogram["bins"][0] >= 2 - 1e-9 and histogram["bins"][-1] <= 8 + 1e-9
     pass_rates = wandb_histograms(run_file, "train/budget/pass_rates")
-    assert pass_rates and all(0 <= h["bins"][0] and h["bins"][-1] <= 1 for h in pass_rates)
+    assert pass_rates  # every bin holding a rate overlaps [0, 1] (W&B centres one value's bins on it)
+    assert all(h["bins"][i + 1] >= 0 and h["bins"][i] <= 1 for h in pass_rates for i, n in enumerate(h["values"]) if n)
     assert any(entry["budget/rollouts_std"] > 0 for entry in logs)
 
     events = EventAccumulator(str(tmp_path / "tb"), size_guidance={"histograms": 0})
     events.Reload()
-    assert {"train/budget/rollouts_per_prompt", "train/budget/pass_rates"} <= set(events.Tags()["histograms"])
+    assert {"train/budget/rollouts_per_prompt", "train/budget/pass_rates", "train/budget/pass_rates_before"} <= set(
+        events.Tags()["histograms"])
     steps = events.Histograms("train/budget/rollouts_per_prompt")
     assert [event.step for event in steps] == list(range(1, STEPS + 1))
     for event, entry in zip(steps, logs):
@@ -98,6 +100,39 @@ def test_histograms_in_wandb_and_tensorboard(logged_run):
         assert histogram.sum == pytest.approx(entry["budget/rollouts_mean"] * prompts_per_step)
         assert histogram.min == entry["budget/rollouts_min"] and histogram.max == entry["budget/rollouts_max"]
 
+
+def test_a_uniform_run_logs_its_prompts_pass_rates_though_each_prompt_is_new(tmp_path, tokenizer, monkeypatch):
+    # One pass over 12 prompts, 2 a step: no prompt has a pass rate before its batch, under any rule. The histogram
+    # is of the tracker's pass rates once it has scored the batch: one visit of 4 rollouts, each prompt's share of
+    # successes (a reward of 1), so the 2 prompts' rates sum to twice the batch's mean reward.
+    from datasets import Dataset
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    for name, value in (("WANDB_MODE", "offline"), ("WANDB_DIR", str(tmp_path)), ("WANDB_SILENT", "true"),
+                        ("TENSORBOARD_LOGGING_DIR", str(tmp_path / "tb"))):
+        monkeypatch.setenv(name, value)
+    import wandb
+
+    trainer = make_trainer(tmp_path / "out", tokenizer, max_steps=STEPS, report_to=["wandb", "tensorboard"],
+                           budget_allocator="uniform", dataset=Dataset.from_list(
+                               [{"prompt": f"{a}+{a + 1}=", "answer": str(2 * a + 1)} for a in range(12)]))
+    trainer.train()
+    run_folder = Path(wandb.run.dir).parent
+    wandb.finish()
+    logs = [entry for entry in trainer.state.log_history if "budget/unseen_prompts" in entry]
+    assert [entry["budget/unseen_prompts"] for entry in logs] == [1.0] * STEPS  # every prompt new to its batch
+
+    events = EventAccumulator(str(tmp_path / "tb"), size_guidance={"histograms": 0})
+    events.Reload()
+    assert "train/budget/pass_rates_before" not in events.Tags()["histograms"]  # nothing known before a batch
+    steps = events.Histograms("train/budget/pass_rates")
+    assert [event.step for event in steps] == list(range(1, STEPS + 1))
+    for event, entry in zip(steps, logs):
+        assert event.histogram_value.num == 2
+        assert event.histogram_value.sum == pytest.approx(2 * entry["reward"])
+    (run_file,) = run_folder.glob("run-*.wandb")
+    in_wandb = wandb_histograms(run_file, "train/budget/pass_rates")
+    assert len(in_wandb) == STEPS and all(sum(histogram["values"]) == 2 for histogram in in_wandb)
 
 
 def test_spos_estimates_and_figures_are_logged_with_the_rest(tmp_path, tokenizer, monkeypatch):

@@ -210,10 +210,14 @@ def test_statuses_follow_the_saved_pass_rate_rule(tmp_path):
     report = build_report(tmp_path, read_prompts_file(prompts))
     status = {report.texts[k]: report.statuses[:, report.keys.index(k)].tolist() for k in report.keys}
     assert status == {"always": ["solved"] * 2, "never": ["hopeless"] * 2, "half": ["learning"] * 2,
-                      "few": ["unseen"] * 2, "recovers": ["hopeless", "solved"], "listed only": ["unseen"] * 2}
+                      "few": ["unseen"] * 2, "recovers": ["hopeless", "solved"]}
     columns, rows = shares_table(report)
-    assert [dict(zip(columns, row))["unseen"] for row in rows] == [2, 2]  # of six prompts, the listed one included
-    assert dict(zip(columns, rows[1]))["solved_share"] == pytest.approx(2 / 6)
+    assert [dict(zip(columns, row))["unseen"] for row in rows] == [1, 1]  # of the five prompts the tracker holds
+    assert dict(zip(columns, rows[1]))["solved_share"] == pytest.approx(2 / 5)
+    # The prompt only the file lists is named apart, not counted: the shares are those of the run without texts.
+    assert report.unmatched_texts == [key["listed only"]]
+    assert shares_table(build_report(tmp_path)) == (columns, rows)
+    assert "1 of the 6 prompts given for their texts are in no saved state" in format_report(report)
     assert rows[1][columns.index("rollouts")] == 14 and rows[1][columns.index("new_rollouts")] == 2
     entry = dict(zip(*[prompt_table(report)[0], next(r for r in prompt_table(report)[1] if r[1] == "recovers")]))
     assert entry["status_history"] == "hopeless@10 > solved@20" and entry["rollouts"] == 4
@@ -221,28 +225,117 @@ def test_statuses_follow_the_saved_pass_rate_rule(tmp_path):
     assert "recovers" in text and "digest" not in text
 
 
-def test_spo_runs_report_each_prompts_estimate_and_visits(tmp_path, tokenizer):
-    make_trainer(tmp_path, tokenizer, max_steps=2, spo_rho=0.875, dataset=make_dataset(6), save_strategy="steps",
-                 save_steps=1, budget_allocator="spo", budget_max_generations=128, per_device_train_batch_size=8).train()
-    report = build_report(tmp_path)
-    assert report.spo_estimates is not None
+SPO_STEPS = 6
+
+
+@pytest.fixture(scope="module")
+def spo_run(tmp_path_factory, tokenizer):
+    """Six steps of SPO's allocator (one rollout a prompt, 8 prompts a step drawn by SPO's weights) on the 39 distinct
+    prompts of 50 rows, a checkpoint every other step, rho constant; and the training rows as a --prompts file."""
+    folder = tmp_path_factory.mktemp("spo-report-run")
+    make_trainer(folder / "out", tokenizer, max_steps=SPO_STEPS, spo_rho=0.875, dataset=make_dataset(50),
+                 save_strategy="steps", save_steps=2, budget_allocator="spo", budget_max_generations=128).train()
+    make_dataset(50).to_json(folder / "train.jsonl")
+    return folder
+
+
+def spo_status_by_hand(alpha: float, beta: float, visits: int) -> str:
+    estimate = alpha / (alpha + beta)
+    return "unseen" if visits == 0 else "solved" if estimate >= 0.9 else "hopeless" if estimate <= 0.1 else "learning"
+
+
+def test_spo_runs_are_classified_by_spos_estimates_and_visits(spo_run):
+    out = spo_run / "out"
+    report = build_report(out)
+    assert report.statuses_from == "spo" and report.steps == [2, 4, 6]
+    by_tracker = []  # what the capability tracker's saved rule (one visit, one rollout) would call each prompt
     for index, step in enumerate(report.steps):
-        saved = json.loads((tmp_path / f"checkpoint-{step}" / "budget_spo_state.json").read_text())["tracker"]
-        estimates = {k: a / (a + b) for k, a, b in zip(saved["keys"], saved["alpha"], saved["beta"])}
+        saved = json.loads((out / f"checkpoint-{step}" / "budget_spo_state.json").read_text())["tracker"]
+        spo = {k: (a, b) for k, a, b in zip(saved["keys"], saved["alpha"], saved["beta"])}
+        tracked = by_hand(json.loads((out / f"checkpoint-{step}" / "budget_tracker_state.json").read_text()))
         for column, key in enumerate(report.keys):
-            if key in estimates:
-                assert report.spo_estimates[index, column] == pytest.approx(estimates[key])
-                assert report.spo_visits[index, column] == saved["visits"].get(key, 0)
+            visits = saved["visits"].get(key, 0)
+            assert report.spo_visits[index, column] == visits
+            if key in spo:
+                assert report.spo_estimates[index, column] == pytest.approx(spo[key][0] / sum(spo[key]))
+                assert report.statuses[index, column] == spo_status_by_hand(*spo[key], visits)
             else:
-                assert np.isnan(report.spo_estimates[index, column]) and report.spo_visits[index, column] == 0
-    assert report.spo_visits[-1].sum() > 0  # the last checkpoint's tracker has settled a batch
+                assert np.isnan(report.spo_estimates[index, column]) and report.statuses[index, column] == "unseen"
+            by_tracker.append(status_by_hand(*tracked.get(key, (0, 0, 0))[:2]))
+    statuses = report.statuses.ravel().tolist()
+    assert statuses != by_tracker  # the tracker's last-visit rate would classify otherwise
+    assert "learning" in report.statuses[-1] and report.spo_visits[-1].sum() > 0
     columns, rows = prompt_table(report)
     for row in rows:
         entry, column = dict(zip(columns, row)), report.keys.index(row[0])
-        assert entry["spo_visits"] == report.spo_visits[-1, column]
+        assert entry["spo_visits"] == report.spo_visits[-1, column] and entry["status"] == report.statuses[-1, column]
         assert entry["spo_estimate"] == (None if np.isnan(report.spo_estimates[-1, column]) else pytest.approx(
             report.spo_estimates[-1, column]))
-    assert "spo p" in format_report(report)
+    text = format_report(report)
+    assert "from SPO's estimate p = alpha / (alpha + beta)" in text and "spo visits" in text
+    assert "from the tracker's pass rate" not in text
+
+
+def test_the_prompts_counted_are_the_same_with_and_without_texts(spo_run, tmp_path):
+    out, prompts = spo_run / "out", spo_run / "train.jsonl"
+    plain, named = build_report(out), build_report(out, read_prompts_file(prompts))
+    assert named.keys == plain.keys and shares_table(named) == shares_table(plain)
+    drawn = set(json.loads((out / "checkpoint-6" / "budget_tracker_state.json").read_text())["keys"])
+    listed = set(named.texts)
+    assert set(plain.keys) == drawn and listed > drawn  # some training prompts were never drawn
+    assert sorted(named.unmatched_texts) == sorted(listed - drawn)
+    printed = []
+    for extra in ([], ["--prompts", str(prompts)]):
+        result = subprocess.run([sys.executable, "-m", "trl_budget", "report", str(out), "--no-plot", *extra],
+                                capture_output=True, text=True, cwd=ROOT, timeout=300)
+        assert result.returncode == 0, result.stderr
+        printed.append(result.stdout)
+    assert [text.splitlines()[0] for text in printed] == [
+        f"Run {out}: 3 checkpoint(s) (steps 2, 4, 6), {len(drawn)} prompts, {8 * SPO_STEPS} rollouts scored."] * 2
+    tables = [text[text.index("Prompts by status"):text.index("Prompts by rollouts")] for text in printed]
+    assert tables[0] == tables[1]
+    assert (f"{len(listed - drawn)} of the {len(listed)} prompts given for their texts are in no saved state"
+            in printed[1])
+    saved = json.loads((out / "report" / "report.json").read_text())
+    assert saved["prompts_file_unmatched"] == len(listed - drawn) and saved["statuses_from"] == "spo"
+
+
+def test_with_offline_priors_spos_state_holds_every_training_prompt_and_unvisited_ones_are_unseen(tmp_path,
+                                                                                                 tokenizer):
+    rows = make_dataset(30)
+    dataset = rows.add_column("scores", [[float(index % 3 == 0)] * 2 for index in range(len(rows))])
+    make_trainer(tmp_path, tokenizer, max_steps=2, spo_rho=0.875, dataset=dataset, save_strategy="steps",
+                 save_steps=1, budget_allocator="spo", max_generations=128, spo_offline_column="scores",
+                 spo_offline_n=2).train()
+    report = build_report(tmp_path)
+    assert set(report.keys) == set(prompt_texts(rows, "the rows"))  # the training set, drawn or not
+    assert shares_table(build_report(tmp_path, prompt_texts(rows, "the rows"))) == shares_table(report)
+    never = report.spo_visits[-1] == 0
+    assert never.any() and (~never).any()
+    assert (report.statuses[-1][never] == "unseen").all() and not (report.statuses[-1][~never] == "unseen").any()
+    assert not np.isnan(report.spo_estimates).any()  # every prompt has its prior
+
+
+def test_the_commands_help_states_spos_thresholds(capsys):
+    from trl_budget.run_report import SPO_HOPELESS_AT, SPO_SOLVED_AT
+
+    with pytest.raises(SystemExit):
+        main(["report", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert f"solved p >= {SPO_SOLVED_AT}, hopeless p <= {SPO_HOPELESS_AT}" in text
+
+
+@pytest.mark.parametrize("rho", np.linspace(0.875, 1.0, 6).tolist())
+def test_from_spos_uninformed_prior_four_outcomes_running_make_a_prompt_solved_or_hopeless_and_three_do_not(rho):
+    # DEFINITIONS and docs/report.md state it for every constant rho from 0.875 to 1.
+    from trl_budget.spo import SPOTracker
+
+    for reward, status in ((1.0, "solved"), (0.0, "hopeless")):
+        tracker = SPOTracker(rho=rho)
+        for outcomes in range(1, 5):
+            tracker.update(["prompt"], np.array([reward]), rho)
+            called = spo_status_by_hand(tracker.alpha["prompt"], tracker.beta["prompt"], outcomes)
+            assert called == (status if outcomes == 4 else "learning"), (outcomes, tracker.p_hats(["prompt"]))
 
 
 def test_a_missing_or_empty_folder_or_a_broken_state_is_refused_clearly(tmp_path, capsys):

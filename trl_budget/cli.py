@@ -162,13 +162,16 @@ def add_report_parser(commands) -> None:
         description="Read the tracker state saved in every checkpoint-N of a training run's output folder (and SPO's "
         "state, and the logged budget/* figures) and report each prompt's pass rate and rollouts over time and the "
         "shares of solved (pass rate 1 at its latest visits), hopeless (0), learning (in between) and unseen (no "
-        "estimate yet) prompts. Prints the table and writes OUTPUT_DIR/report/: shares.csv, prompts.csv, "
-        "prompts_by_checkpoint.csv, report.json and report.png. Works on a finished or a running run.",
+        "estimate yet) prompts; in a run that kept SPO's tracker, by SPO's estimate p (solved p >= 0.9, hopeless "
+        "p <= 0.1, unseen: not visited yet) with each prompt's visits. The prompts counted are those the run's saved "
+        "states hold, with or without --prompts. Prints the table and writes OUTPUT_DIR/report/: shares.csv, "
+        "prompts.csv, prompts_by_checkpoint.csv, report.json and report.png. Works on a finished or a running run.",
     )
     report.add_argument("output_dir", type=Path, metavar="OUTPUT_DIR", help="the run's output_dir (its checkpoints)")
     report.add_argument("--prompts", type=Path, default=None, metavar="FILE",
                         help="a JSON list or JSONL file of the training prompts (or rows holding them under "
-                        "'prompt'), to show prompt texts in place of their keys, which are digests of the content")
+                        "'prompt'), to show prompt texts in place of their keys, which are digests of the content; "
+                        "it names prompts and adds none to the counts")
     report.add_argument("--top", type=_positive, default=20, metavar="N",
                         help="prompts printed, those with the most rollouts (default: 20; the files hold all)")
     report.add_argument("--no-plot", action="store_true", help="write the tables without report.png (no matplotlib)")

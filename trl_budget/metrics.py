@@ -24,13 +24,15 @@ class BudgetMetrics:
 
     def __init__(self, metrics: defaultdict, is_main_process: bool):
         self.metrics, self.is_main_process = metrics, is_main_process
-        self.history = {"rollouts_per_prompt": [], "pass_rates": []}
+        self.history = {"rollouts_per_prompt": [], "pass_rates": [], "pass_rates_before": []}
         self._warned_slow_allocation = False
 
     def record_batch(self, plan: RolloutPlan, rewards: torch.Tensor, advantages: torch.Tensor,
-                     from_prior: np.ndarray | None, token_cap, allocator) -> None:
+                     from_prior: np.ndarray | None, token_cap, allocator, pass_rates_after: np.ndarray) -> None:
         """The allocation's figures, the share of rollouts and prompts with a gradient, and the optional ones (token
-        cap, prior, failure rate, the allocator's own, the probe's)."""
+        cap, prior, failure rate, the allocator's own, the probe's). `pass_rates_after`: the tracker's pass rates of
+        the batch's prompts once it has scored the batch, for the pass-rate histogram under every rule (before the
+        batch a prompt's first visit has none)."""
         metrics = self.metrics
         trained = plan.counts > 0  # dynamic sampling's dropped prompts train no rollout
         counts = plan.counts[trained].astype(np.float64)
@@ -68,7 +70,9 @@ class BudgetMetrics:
                 moved = np.abs(plan.counts - plan.history_counts).sum() / (2.0 * plan.counts.sum())
                 metrics["budget/probe_moved_share"].append(float(moved))
         self.history["rollouts_per_prompt"].extend(plan.counts[trained].tolist())
-        self.history["pass_rates"].extend(plan.pass_rates[~np.isnan(plan.pass_rates)].tolist())
+        for name, rates in (("pass_rates", np.asarray(pass_rates_after, dtype=np.float64)),
+                            ("pass_rates_before", plan.pass_rates)):
+            self.history[name].extend(rates[~np.isnan(rates)].tolist())
 
     def record_rounds(self, rule, rounds, trained_counts: np.ndarray, prompt_stream=None) -> None:
         """In every mode: the rounds the batch took (one engine request each, or prompt by prompt), the rollouts

@@ -2,6 +2,10 @@
 folder, the shares of solved, hopeless, learning and unseen prompts over time, and the run's logged `budget/*` figures;
 as a text table, CSV and JSON files, a PNG, and (`BudgetReportCallback`) W&B tables at each save.
 
+A prompt's status comes from the estimate the run decides by: SPO's p = alpha / (alpha + beta) and its visits where
+the run kept SPO's tracker, the capability tracker's pass rate otherwise (DEFINITIONS). The prompts counted are those
+the run's saved states hold, whether prompt texts are given or not.
+
 Read from the files a run leaves: each `checkpoint-N/budget_tracker_state.json` restored into a `CapabilityTracker`
 built with the settings saved in it, SPO's `budget_spo_state.json` where the run used SPO, and the log history of the
 newest `trainer_state.json`. Plain numpy and JSON: a report needs no torch, transformers or TRL; the PNG needs
@@ -41,17 +45,34 @@ REPORT_FOLDER = "report"
 SOLVED, HOPELESS, LEARNING, UNSEEN = "solved", "hopeless", "learning", "unseen"
 STATUSES = (SOLVED, LEARNING, HOPELESS, UNSEEN)
 STATUS_COLOURS = {SOLVED: "tab:green", LEARNING: "tab:blue", HOPELESS: "tab:red", UNSEEN: "tab:gray"}
+# SPO's estimate p = alpha / (alpha + beta) at or beyond which a visited prompt reads solved / hopeless: SPO expects at
+# most one failure (success) in ten rollouts. From the uninformed prior Beta(0.5, 0.5), four outcomes running get
+# there and three do not, at any constant rho from the release's lowest, 0.875, to 1 (tests/test_run_report.py).
+SPO_SOLVED_AT, SPO_HOPELESS_AT = 0.9, 0.1
+TRACKER, SPO = "tracker", "spo"  # where a report's statuses come from
 DEFINITIONS = {
     SOLVED: "the tracker's pass rate is 1: every rollout of the prompt's latest visits (as its pass-rate rule pools "
             "them) succeeded",
     HOPELESS: "the tracker's pass rate is 0: none of them succeeded",
     LEARNING: "the pass rate is strictly between 0 and 1",
     UNSEEN: "no pass rate yet: never drawn by that checkpoint, or fewer than min_rollouts scored rollouts",
+    f"spo_{SOLVED}": f"SPO's estimate p = alpha / (alpha + beta) is at least {SPO_SOLVED_AT}: SPO expects at most one "
+                     "failure in ten rollouts (from its uninformed prior, four successes running)",
+    f"spo_{HOPELESS}": f"SPO's estimate is at most {SPO_HOPELESS_AT}: it expects at most one success in ten rollouts",
+    f"spo_{LEARNING}": f"SPO's estimate is strictly between {SPO_HOPELESS_AT} and {SPO_SOLVED_AT}",
+    f"spo_{UNSEEN}": "SPO's tracker has not visited the prompt (0 visits), whatever its prior: not drawn by that "
+                     "checkpoint, or drawn only in its last batch, whose rows SPO settles when the next batch starts",
+    "statuses_from": "'spo' where the run kept SPO's tracker (a budget_spo_state.json in its checkpoints: SPO's "
+                     "allocator, advantage baseline or prompt sampling), whose estimates decide the prompts drawn and "
+                     "their advantages: the spo_* statuses; 'tracker' otherwise: the capability tracker's pass rate",
     "rollouts": "the prompt's scored rollouts since the run began, every one generated (trained or not); "
                 "unscorable ones are not counted",
-    "shares": "over every prompt of the report: those any checkpoint's tracker (or SPO's state) knows, and those given "
-              "for their texts (--prompts)",
+    "shares": "over the prompts the run's saved states hold: any checkpoint's tracker (every prompt drawn by then) or "
+              "SPO's state (every training prompt, where its priors came from offline scores); the same with or "
+              "without --prompts, which names prompts and adds none (prompts_file_unmatched counts those of the file "
+              "that no state holds)",
     "spo_estimate": "SPO's alpha / (alpha + beta) for prompts in SPO's saved state",
+    "spo_visits": "the rows SPO's tracker has settled into the prompt's estimate (one a scored rollout)",
 }
 LOGGED_IN_TABLE = ("budget/effective_ratio", "budget/zero_std_groups")  # the shares table's logged columns
 LOGGED_IN_FIGURE = ("budget/effective_ratio", "budget/zero_std_groups", "budget/prompts_with_gradient",
@@ -82,13 +103,28 @@ class RunReport:
     logs: list[dict[str, float]] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)  # checkpoint folders without a tracker state
 
+    @property
+    def statuses_from(self) -> str:
+        """`SPO` where the run kept SPO's tracker, `TRACKER` otherwise (DEFINITIONS["statuses_from"])."""
+        return TRACKER if self.spo_estimates is None else SPO
+
     @functools.cached_property
     def statuses(self) -> np.ndarray:
-        """Each prompt's status at each checkpoint, from its pass rate (DEFINITIONS)."""
-        statuses = np.full(self.pass_rates.shape, LEARNING, dtype=object)
-        statuses[self.pass_rates == 1], statuses[self.pass_rates == 0] = SOLVED, HOPELESS
-        statuses[np.isnan(self.pass_rates)] = UNSEEN
-        return statuses
+        """Each prompt's status at each checkpoint, from the estimate its run decides by (DEFINITIONS)."""
+        if self.statuses_from == SPO:
+            return _statuses(self.spo_estimates, self.spo_visits == 0, SPO_SOLVED_AT, SPO_HOPELESS_AT)
+        return _statuses(self.pass_rates, np.isnan(self.pass_rates), 1.0, 0.0)
+
+    @property
+    def estimates(self) -> np.ndarray:
+        """The estimates the statuses come from: SPO's p, or the tracker's pass rate (NaN: none)."""
+        return self.pass_rates if self.spo_estimates is None else self.spo_estimates
+
+    @property
+    def unmatched_texts(self) -> list[str]:
+        """Keys of the given texts that no saved state holds: not among the report's prompts."""
+        known = set(self.keys)
+        return [key for key in self.texts if key not in known]
 
     def name(self, key: str) -> str:
         return self.texts.get(key, key)
@@ -98,12 +134,19 @@ class RunReport:
         return any(_DIGEST.fullmatch(key) and key not in self.texts for key in self.keys)
 
 
+def _statuses(estimates: np.ndarray, unseen: np.ndarray, solved_at: float, hopeless_at: float) -> np.ndarray:
+    statuses = np.full(estimates.shape, LEARNING, dtype=object)
+    statuses[estimates >= solved_at], statuses[estimates <= hopeless_at] = SOLVED, HOPELESS
+    statuses[unseen] = UNSEEN
+    return statuses
+
+
 def build_report(output_dir: str | os.PathLike, texts: dict[str, str] | None = None) -> RunReport:
     """The report of the run in `output_dir`, from every `checkpoint-N` holding a tracker state.
 
     Args:
-        texts: prompt texts by tracker key (`read_prompts_file`); prompts listed there that no checkpoint knows are
-            reported as unseen.
+        texts: prompt texts by tracker key (`read_prompts_file`), to name the prompts; they add none to the report
+            (those that no saved state holds are `unmatched_texts`), so its counts are the same without them.
 
     Raises:
         ValueError: the folder is missing, holds no checkpoint with a tracker state, or a state file is unreadable;
@@ -126,7 +169,7 @@ def build_report(output_dir: str | os.PathLike, texts: dict[str, str] | None = N
     spo = [_read_spo(os.path.join(folder, SPO_STATE_NAME)) for _, folder in with_state]
     texts = dict(texts or {})
     keys = list(dict.fromkeys([key for tracked, _, _ in trackers for key in tracked]
-                              + [key for state in spo if state is not None for key in state.alpha] + list(texts)))
+                              + [key for state in spo if state is not None for key in state.alpha]))
     return RunReport(output_dir, [step for step, _ in with_state], keys, *_tracker_columns(trackers, keys),
                      *_spo_columns(spo, keys), texts=texts, logs=_budget_logs(output_dir),
                      skipped=[folder for step, folder in folders if (step, folder) not in with_state])
@@ -364,21 +407,35 @@ def format_report(report: RunReport, top: int | None = 20) -> str:
     spent = int(report.rollouts[-1].sum())
     lines = [f"Run {report.output_dir}: {len(report.steps)} checkpoint(s) (steps "
              f"{', '.join(map(str, report.steps))}), {len(report.keys)} prompts, {spent} rollouts scored.",
-             "A prompt's status at a checkpoint, from the tracker's pass rate (its saved pass-rate rule): solved = 1, "
-             "hopeless = 0, learning = in between, unseen = no estimate yet. Shares are over all the report's "
-             "prompts.", "", "Prompts by status over checkpoints:"]
+             STATUS_LINES[report.statuses_from] + " Shares are over the prompts the run's saved states hold.", "",
+             "Prompts by status over checkpoints:"]
     lines += _aligned(_share_header(share_columns), [_share_cells(share_columns, row) for row in share_rows])
     lines += ["", f"Prompts by rollouts at step {report.steps[-1]} ({len(shown_rows)} of {len(prompt_rows)}):"]
-    header = ["prompt", "rollouts", "share", "pass rate", "status", "status history", *(
-        ["spo p", "spo visits"] if report.spo_estimates is not None else [])]
-    lines += _aligned(header, [_prompt_cells(report, dict(zip(prompt_columns, row))) for row in shown_rows])
+    # The estimate the status comes from stands before it: SPO's p and visits, or the tracker's pass rate.
+    header = (["prompt", "rollouts", "share", "spo p", "spo visits", "status", "status history", "pass rate"]
+              if report.statuses_from == SPO else ["prompt", "rollouts", "share", "pass rate", "status",
+                                                   "status history"])
+    lines += _aligned(header, [_prompt_cells(dict(zip(prompt_columns, row))) for row in shown_rows])
     if report.keys_are_digests:
         lines += ["", "Prompts are shown by their tracker key, a digest of the prompt's content (trl_budget's "
                   "prompt_key): the run's folder holds no prompt texts. Pass --prompts FILE (a JSON list or JSONL of "
                   "the training prompts or rows) to show them."]
+    if report.unmatched_texts:
+        lines += ["", f"{len(report.unmatched_texts)} of the {len(report.texts)} prompts given for their texts are in "
+                  "no saved state, so not among the prompts counted: never drawn by the latest checkpoint, or not "
+                  "this run's prompts."]
     if report.skipped:
         lines += ["", f"Skipped (no {TRACKER_STATE_NAME}): {', '.join(report.skipped)}."]
     return "\n".join(lines)
+
+
+STATUS_LINES = {
+    TRACKER: "A prompt's status at a checkpoint, from the tracker's pass rate (its saved pass-rate rule): solved = 1, "
+             "hopeless = 0, learning = in between, unseen = no estimate yet.",
+    SPO: f"A prompt's status at a checkpoint, from SPO's estimate p = alpha / (alpha + beta) as the checkpoint saved "
+         f"it (before its last batch): solved p >= {SPO_SOLVED_AT}, hopeless p <= {SPO_HOPELESS_AT}, learning in "
+         "between, unseen = not visited by SPO yet.",
+}
 
 
 def _share_header(columns: list[str]) -> list[str]:
@@ -398,13 +455,14 @@ def _share_cells(columns: list[str], row: list) -> list[str]:
     return cells
 
 
-def _prompt_cells(report: RunReport, row: dict) -> list[str]:
+def _prompt_cells(row: dict) -> list[str]:
     rate = "-" if row["pass_rate"] is None else f"{row['pass_rate']:.2f} ({row['wins']}/{row['trials']})"
-    cells = [_clipped(row["prompt"] or row["key"]), str(row["rollouts"]), f"{row['rollout_share']:.1%}", rate,
-             row["status"], row["status_history"]]
-    if "spo_estimate" in row:
-        cells += ["-" if row["spo_estimate"] is None else f"{row['spo_estimate']:.2f}", str(row["spo_visits"])]
-    return cells
+    shown = [_clipped(row["prompt"] or row["key"]), str(row["rollouts"]), f"{row['rollout_share']:.1%}"]
+    status = [row["status"], row["status_history"]]
+    if "spo_estimate" not in row:
+        return [*shown, rate, *status]
+    spo = ["-" if row["spo_estimate"] is None else f"{row['spo_estimate']:.2f}", str(row["spo_visits"])]
+    return [*shown, *spo, *status, rate]
 
 
 def _clipped(text: str, width: int = 40) -> str:
@@ -459,9 +517,10 @@ def report_json(report: RunReport) -> dict[str, Any]:
                          spo_visits=report.spo_visits[:, column].tolist())
         prompts.append(entry)
     share_columns, share_rows = shares_table(report)
-    return {"output_dir": report.output_dir, "definitions": DEFINITIONS, "steps": report.steps,
-            "shares": [dict(zip(share_columns, row)) for row in share_rows], "prompts": prompts,
-            "logs": report.logs, "skipped": report.skipped}
+    return {"output_dir": report.output_dir, "definitions": DEFINITIONS, "statuses_from": report.statuses_from,
+            "steps": report.steps, "shares": [dict(zip(share_columns, row)) for row in share_rows],
+            "prompts": prompts, "prompts_file_unmatched": len(report.unmatched_texts), "logs": report.logs,
+            "skipped": report.skipped}
 
 
 def _matplotlib():
@@ -476,9 +535,13 @@ def _matplotlib():
     return Figure, MaxNLocator, matplotlib.colormaps["viridis"].with_extremes(bad="lightgrey")
 
 
+ESTIMATE_NAMES = {TRACKER: "pass rate", SPO: "SPO's estimate p"}
+
+
 def plot_report(report: RunReport, path: str | os.PathLike, top: int = 30) -> Path:
-    """PNG: the status shares over checkpoints, the rollouts of the 10 prompts that got the most, the pass rates of
-    the `top` prompts by rollouts at every checkpoint, and the logged `budget/*` shares over steps."""
+    """PNG: the status shares over checkpoints, the rollouts of the 10 prompts that got the most, the estimates the
+    statuses come from (pass rates, or SPO's p) of the `top` prompts by rollouts at every checkpoint, and the logged
+    `budget/*` shares over steps."""
     Figure, MaxNLocator, colormap = _matplotlib()
     figure = Figure(figsize=(14, 9), layout="constrained")
     (shares_axis, rollouts_axis), (rates_axis, logs_axis) = figure.subplots(2, 2)
@@ -495,15 +558,16 @@ def plot_report(report: RunReport, path: str | os.PathLike, top: int = 30) -> Pa
     rollouts_axis.set(xlabel="step (checkpoint)", ylabel="rollouts scored since the start",
                       title="Where the rollouts went: the 10 prompts that got the most")
     shown = order[:top]
-    image = rates_axis.imshow(np.ma.masked_invalid(report.pass_rates[:, shown].T), aspect="auto", vmin=0, vmax=1,
+    image = rates_axis.imshow(np.ma.masked_invalid(report.estimates[:, shown].T), aspect="auto", vmin=0, vmax=1,
                               cmap=colormap, interpolation="nearest")
     rates_axis.set_yticks(range(len(shown)), [_clipped(report.name(report.keys[c]), 24) for c in shown],
                           fontsize="x-small")
     ticks = np.unique(np.linspace(0, len(report.steps) - 1, min(len(report.steps), 10)).round().astype(int))
     rates_axis.set_xticks(ticks, [str(report.steps[t]) for t in ticks])
-    rates_axis.set(xlabel="step (checkpoint)", title=f"Pass rate of the {len(shown)} prompts with the most rollouts "
-                   "(grey: unseen)")
-    figure.colorbar(image, ax=rates_axis, label="pass rate")
+    estimate = ESTIMATE_NAMES[report.statuses_from]
+    rates_axis.set(xlabel="step (checkpoint)", title=f"{estimate[0].upper() + estimate[1:]} of the {len(shown)} prompts with the "
+                   "most rollouts (grey: none)")
+    figure.colorbar(image, ax=rates_axis, label=estimate)
     for name in LOGGED_IN_FIGURE:
         points = [(entry["step"], entry[name]) for entry in report.logs if name in entry]
         if points:
@@ -534,7 +598,8 @@ def _callback_class() -> type:
         """At each checkpoint save, logs the report of the run so far to W&B, on the main process, when a W&B run is
         active (`wandb.run`): `budget_report/prompts` (`prompt_table`: each prompt's rollouts, pass rate, status at
         the checkpoint just saved) and `budget_report/shares` (`shares_table`: the statuses over checkpoints).
-        Add it yourself: `BudgetGRPOTrainer(..., callbacks=[BudgetReportCallback()])`.
+        `trl-budget grpo` adds it where W&B is on; in Python, add it yourself:
+        `BudgetGRPOTrainer(..., callbacks=[BudgetReportCallback()])`.
 
         Args:
             prompts: the training prompts (or rows holding them under `prompt`), to show texts in place of digests.

@@ -177,7 +177,7 @@ class BudgetGRPOTrainer(GRPOTrainer):
         self._metrics["train"]["budget/completion_tokens"].append(float(output["num_items_in_batch"]))
         self.budget_metrics.record_batch(plan, rewards, advantages, from_prior,
                                          self._last_token_cap if self.args.budget_token_cap is not None else None,
-                                         self.allocator)
+                                         self.allocator, self.tracker.pass_rates(plan.keys))
         self.budget_metrics.record_rounds(rule, rounds, trained.counts, self.prompt_stream)
         self.budget_metrics.log_prompt_rollouts(self._logs["extra"], rounds.counts, rounds.logged_slot_order())
         self.budget_metrics.record_allocation_time(self._allocation_seconds, time.perf_counter() - started,

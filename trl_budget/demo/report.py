@@ -170,7 +170,9 @@ def accuracy_label(eval_samples: int, temperature: float) -> str:
 
 def plot_report(runs: list[dict], path: Path, title: str = "trl_budget", eval_samples: int = 0,
                 temperature: float = 1.0) -> Path:
-    """PNG: held-out accuracy against rollouts, effective ratio over training, rollouts-per-prompt histograms.
+    """PNG: held-out accuracy against rollouts, effective ratio over training, and what the budgeted rule spent: the
+    rollouts per prompt of its batches, or, where every prompt of every batch got the same (SPO's one rollout a
+    prompt), each arm's visits per training prompt over its run.
 
     `eval_samples` and `temperature` are the runs' evaluation settings (0: greedy decoding), named on the axis.
     """
@@ -203,12 +205,10 @@ def plot_report(runs: list[dict], path: Path, title: str = "trl_budget", eval_sa
     ratio_axis.set(xlabel="generation batch", ylabel="share of rollouts with non-zero advantage",
                    title="Effective gradient ratio")
     budgeted = next((run for run in runs if run["allocator"] != "uniform" and run["histograms"]), runs[0])
-    for step, counts in budgeted["histograms"].items():
-        if not counts:
-            continue
-        histogram_axis.hist(counts, bins=np.arange(0.5, max(counts) + 1.5), alpha=0.5, label=f"up to step {step}")
-    histogram_axis.set(xlabel="rollouts per prompt", ylabel="prompts (batches up to that step)",
-                       title=f"Rollouts per prompt ({budgeted['allocator']})")
+    if _one_count_per_batch(budgeted) and all("visits_per_prompt" in run for run in runs):
+        _plot_visits(histogram_axis, runs, colours)
+    else:
+        _plot_rollouts_per_prompt(histogram_axis, budgeted)
     for axis in (accuracy_axis, ratio_axis, histogram_axis):
         axis.legend(fontsize="x-small")
         axis.grid(alpha=0.3)
@@ -219,3 +219,35 @@ def plot_report(runs: list[dict], path: Path, title: str = "trl_budget", eval_sa
     figure.savefig(path, dpi=110)
     plt.close(figure)
     return path
+
+
+def _one_count_per_batch(run: dict) -> bool:
+    """Whether every prompt of every batch got the same rollouts (SPO's one, or uniform's num_generations): then the
+    rollouts per prompt are one bar, and what the rule spends shows in how often each prompt was drawn."""
+    return len({count for counts in run["histograms"].values() for count in counts}) <= 1
+
+
+def _plot_rollouts_per_prompt(axis, run: dict) -> None:
+    """The rollouts each prompt got in its batch, over the batches up to each histogram step."""
+    for step, counts in run["histograms"].items():
+        if counts:
+            axis.hist(counts, bins=np.arange(0.5, max(counts) + 1.5), alpha=0.5, label=f"up to step {step}")
+    axis.set(xlabel="rollouts per prompt", ylabel="prompts (batches up to that step)",
+             title=f"Rollouts per prompt ({run['allocator']})")
+
+
+def _plot_visits(axis, runs: list[dict], colours: dict) -> None:
+    """Each arm's visits per training prompt over its run (its first seed): the generation batches a prompt was in,
+    0 for one never drawn."""
+    arms: dict[str, dict] = {}
+    for run in runs:
+        arms.setdefault(run["allocator"], run)
+    most = max(max(run["visits_per_prompt"], default=0) for run in arms.values())
+    for allocator, run in arms.items():
+        axis.hist(run["visits_per_prompt"], bins=np.arange(-0.5, most + 1.5), histtype="step", linewidth=1.5,
+                  color=colours[allocator], label=f"{allocator} (seed {run['seed']})")
+    from matplotlib.ticker import MaxNLocator
+
+    axis.set(xlabel="generation batches a prompt was in (0: never drawn)", ylabel="training prompts",
+             title="Visits per prompt over the run")
+    axis.xaxis.set_major_locator(MaxNLocator(integer=True))  # visits are whole

@@ -304,14 +304,20 @@ def run_rl(model_path: Path, allocator: str, seed: int, settings: RLSettings, ou
         "curve": recorder.curve,
         "histograms": {str(step): counts for step, counts in recorder.histograms.items()},
         "prompt_visits": visits_summary(recorder.visits, len(train)),
+        "visits_per_prompt": visit_counts(recorder.visits, len(train)),
         "machine": machine_record(),
         **({} if trainer.spo is None else spo_costs(trainer.state.log_history)),
     }
 
 
+def visit_counts(visits: Counter, prompts: int) -> list[int]:
+    """How many generation batches each of the `prompts` training prompts was in, most first (never drawn: 0)."""
+    return sorted(visits.values(), reverse=True) + [0] * (prompts - len(visits))
+
+
 def visits_summary(visits: Counter, prompts: int) -> dict[str, float]:
-    """How many generation batches each training prompt was in (never-drawn prompts count as 0)."""
-    counts = np.array(list(visits.values()) + [0] * (prompts - len(visits)), dtype=np.float64)
+    """`visit_counts`' mean, spread and share of never-drawn prompts."""
+    counts = np.array(visit_counts(visits, prompts), dtype=np.float64)
     return {"mean": float(counts.mean()), "min": float(counts.min()), "p10": float(np.percentile(counts, 10)),
             "p50": float(np.median(counts)), "p90": float(np.percentile(counts, 90)), "max": float(counts.max()),
             "never": float((counts == 0).mean())}

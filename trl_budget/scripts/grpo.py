@@ -9,7 +9,8 @@ budget default is added: when a correctness reward (`accuracy_reward`, `reasonin
 ending in one of these names) is among the rewards, it alone decides a rollout's success for the pass rates, unless
 `--success_reward_func` says otherwise, so that a format reward added to it cannot make wrong answers count as solved.
 `--resume_from_checkpoint` takes `true` or `latest` (any case) for the newest complete checkpoint of `--output_dir`, as
-`resume_from_checkpoint=True` does in Python, and `false` for none; anything else is a checkpoint's path.
+`resume_from_checkpoint=True` does in Python, and `false` for none; anything else is a checkpoint's path. With W&B on
+(`--report_to wandb`), the report's tables (`trl_budget.run_report.BudgetReportCallback`) go to W&B at each save.
 
 The math recipes of both releases (DAPO-Math-17k, their configs) are `examples/knapsack_rl.yaml` and
 `examples/coba_rl.yaml`, run through the same command with the DAPO reward of `examples/dapo_math.py`.
@@ -21,11 +22,13 @@ import contextlib
 import sys
 
 import trl
+from datasets import Dataset
 from trl import DatasetMixtureConfig, ModelConfig, TrlParser
 from trl.scripts import grpo as trl_grpo
 
 from trl_budget import BudgetGRPOConfig, BudgetGRPOTrainer
 from trl_budget.checkpoint import resume_point
+from trl_budget.run_report import BudgetReportCallback
 
 # Rewards that say whether an answer is right: when one is used, it alone decides success for the pass rates.
 CORRECTNESS_REWARDS = ("accuracy_reward", "reasoning_accuracy_reward")
@@ -110,11 +113,23 @@ def success_reward_choice(reward_names: list[str], chosen: int | str | None) -> 
                  if name.rsplit(".", 1)[-1] in CORRECTNESS_REWARDS), None)
 
 
+def budget_trainer(*args, **kwargs) -> BudgetGRPOTrainer:
+    """`BudgetGRPOTrainer`, built as TRL's script builds `GRPOTrainer`; where W&B is on (`report_to` names it), with
+    `BudgetReportCallback`, so that the report's tables reach W&B at each save, named by the training prompts' texts
+    (a streamed dataset's prompts are not read ahead: its tables show the keys)."""
+    trainer = BudgetGRPOTrainer(*args, **kwargs)
+    if "wandb" in (trainer.args.report_to or []):
+        dataset = trainer.train_dataset
+        trainer.add_callback(BudgetReportCallback(prompts=dataset if isinstance(dataset, Dataset) else None))
+    return trainer
+
+
 @contextlib.contextmanager
 def budget_trainer_in_trl():
-    """TRL's script takes `GRPOTrainer` from `trl` when it runs; within this block that name is `BudgetGRPOTrainer`."""
+    """TRL's script takes `GRPOTrainer` from `trl` when it runs; within this block that name builds a
+    `BudgetGRPOTrainer` (`budget_trainer`)."""
     original = trl.GRPOTrainer
-    trl.GRPOTrainer = BudgetGRPOTrainer
+    trl.GRPOTrainer = budget_trainer
     try:
         yield
     finally:
