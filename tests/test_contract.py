@@ -22,8 +22,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def trl_user_kwargs(output_dir, **overrides):
-    """A TRL user's settings: num_generations=8, two prompts a step; nothing of the budget's."""
-    return grpo_kwargs(output_dir, **{"num_generations": 8, "per_device_train_batch_size": 16, **overrides})
+    """A TRL user's settings, num_generations=8 and two prompts a step (nothing of the budget's), and `overrides`."""
+    return {**grpo_kwargs(output_dir, num_generations=8, per_device_train_batch_size=16), **overrides}
 
 
 def train(trainer_class, config_class, tokenizer, output_dir, reward_funcs=(parity_reward, always_one), dataset=None,
@@ -38,12 +38,6 @@ def train(trainer_class, config_class, tokenizer, output_dir, reward_funcs=(pari
 def trl_metrics(trainer) -> list[dict]:
     return [{key: value for key, value in entry.items() if not key.startswith(("budget/", "train_"))}
             for entry in trainer.state.log_history]
-
-
-def logged_groups(trainer, size: int) -> np.ndarray:
-    """The summed reward of every logged row (TRL's completions log), in groups of `size` consecutive rows."""
-    rewards = np.sum([np.asarray(values) for values in trainer._logs["rewards"].values()], axis=0)
-    return rewards.reshape(-1, size)
 
 
 def test_a_trl_users_script_keeps_grpo_trainers_layout_and_metrics_and_announces_the_rule(tmp_path, tokenizer,
@@ -98,26 +92,20 @@ def test_an_epoch_visits_every_prompt_once_with_num_generations_rollouts_as_grpo
     assert set(Counter(budget._logs["prompt"]).values()) == {8}
 
 
-def test_frac_reward_zero_std_keeps_trls_meaning_under_the_history_baseline(tmp_path, tokenizer):
+def coarse(completions, **kwargs):
+    """Agrees within many groups, and differs between a prompt's visits."""
+    return [float(len(completion) > 3) for completion in completions]
+
+
+@pytest.mark.parametrize("rule", [{}, {"budget_allocator": "knapsack", "advantage_baseline": "history"}],
+                         ids=["default", "knapsack-history"])
+def test_frac_reward_zero_std_keeps_trls_meaning_whatever_the_baseline(tmp_path, tokenizer, rule):
     # Before: under the history baseline it logged the share of rows whose prompt's *history* agreed, which reads 0
-    # for a group of identical rewards whose history differs. TRL's meaning: the batch's group agrees.
-    def coarse(completions, **kwargs):  # agrees within many groups, differs across visits
-        return [float(len(completion) > 3) for completion in completions]
-
-    budget = train(BudgetGRPOTrainer, BudgetGRPOConfig, tokenizer, tmp_path, reward_funcs=(coarse,), max_steps=6,
-                   dataset=make_dataset(2))
-    groups = logged_groups(budget, 8)
-    agree = (groups.max(axis=1) == groups.min(axis=1)).astype(float)
-    logged = [entry["frac_reward_zero_std"] for entry in budget.state.log_history if "frac_reward_zero_std" in entry]
-    assert logged == pytest.approx(agree.reshape(6, 2).mean(axis=1).tolist())
-
-
-def test_frac_reward_zero_std_keeps_trls_meaning_over_an_allocators_groups(tmp_path, tokenizer):
+    # for a group of identical rewards whose history differs. TRL's meaning: the rows whose group in the batch agrees.
     from test_probe import RowRecorder
 
-    trainer = BudgetGRPOTrainer(model=build_tiny_model(tokenizer), reward_funcs=[parity_reward],
-                                args=BudgetGRPOConfig(**trl_user_kwargs(tmp_path, max_steps=4), budget_allocator="knapsack",
-                                                      advantage_baseline="history"),
+    trainer = BudgetGRPOTrainer(model=build_tiny_model(tokenizer), reward_funcs=[coarse],
+                                args=BudgetGRPOConfig(**trl_user_kwargs(tmp_path, max_steps=6, **rule)),
                                 train_dataset=make_dataset(2), processing_class=tokenizer)
     recorder = RowRecorder(trainer)
     trainer.train()
@@ -125,8 +113,9 @@ def test_frac_reward_zero_std_keeps_trls_meaning_over_an_allocators_groups(tmp_p
     expected = []
     for plan, _, _ in recorder.steps:
         groups = np.split(plan.rewards, np.cumsum(plan.counts)[:-1])
-        expected.append(np.mean(np.repeat([g.min() == g.max() for g in groups], plan.counts)))
-    assert logged == pytest.approx(expected)
+        expected.append(np.mean(np.repeat([group.min() == group.max() for group in groups], plan.counts)))
+    assert logged == pytest.approx(expected) and 0 < np.mean(expected) < 1
+    assert trainer.advantage_baseline == "history"
 
 
 def negative(completions, **kwargs):

@@ -107,7 +107,7 @@ def test_knapsacks_top_up_feeds_mixed_prompts_then_never_solved_ones():
 @pytest.mark.parametrize("allocator", ["uniform", "knapsack", "coba"])
 def test_a_run_in_rounds_trains_every_rollout_over_whole_groups(tmp_path, tokenizer, allocator):
     trainer = make_trainer(tmp_path, tokenizer, budget_allocator=allocator, rounds_generations=2, max_steps=6,
-                           per_device_train_batch_size=16)
+                           per_device_train_batch_size=16, advantage_baseline="group")
     recorder = RowRecorder(trainer)
     trainer.train()
     assert len(recorder.steps) == 6

@@ -50,6 +50,8 @@ class UnreadSettings:
         accepted and then ignored would make a run that is not the one asked for."""
         changed = {f.name: getattr(self, f.name) for f in budget_fields(self)
                    if not same_value(getattr(self, f.name), f.default)}
+        if changed.get("budget_max_generations") == self.generation_bounds(rollouts_a_prompt=False)[1]:
+            del changed["budget_max_generations"]  # the bound its default gives: nothing changed
         for allocator in ALLOCATORS_WITH_FIELDS:
             own = [name for name in changed if name.startswith(f"{allocator}_")]
             if own and self.budget_allocator != allocator:
