@@ -135,16 +135,29 @@ def test_the_defaults_rule_picks_spo_only_where_it_beats_the_history_baseline_cl
         assert config.resolved_advantage_baseline() == settings["advantage_baseline"], rule
 
 
-def test_the_trainers_defaults_are_the_rule_the_study_gives_as_its_spo_no_prior_arm_ran_it():
+def test_budget_allocator_spo_is_the_rule_the_study_gives_as_its_spo_no_prior_arm_ran_it():
     from trl_budget import BudgetGRPOConfig
 
     assert defaults_rule.chosen_rule(json.loads(defaults_rule.RESULTS.read_text())) == "spo"
-    config = BudgetGRPOConfig(output_dir="unused", use_cpu=True, report_to=[])
+    config = BudgetGRPOConfig(output_dir="unused", use_cpu=True, report_to=[], budget_allocator="spo")
     resolved = {"advantage_baseline": config.resolved_advantage_baseline(),
                 "prompt_sampling": config.resolved_prompt_sampling()}
     for name, value in fifth_study.ARMS["spo-no-prior"][1].items():
         assert resolved.get(name, getattr(config, name)) == value, name
     assert config.spo_offline_sampling is False  # the prior the study found no gain from stays off
+
+
+def test_the_trainers_defaults_are_the_rule_inside_the_contract_as_the_studys_history_arm_ran_it():
+    from trl_budget import BudgetGRPOConfig
+
+    study = json.loads(defaults_rule.RESULTS.read_text())
+    assert defaults_rule.contract_rule(study) == "history"
+    config = BudgetGRPOConfig(output_dir="unused", use_cpu=True, report_to=[])
+    assert {"budget_allocator": config.budget_allocator, "advantage_baseline": config.resolved_advantage_baseline()} \
+        == defaults_rule.DEFAULTS["history"]
+    for name, value in fifth_study.ARMS["uniform-n8-history"][1].items():  # the window the study ran too
+        assert config.resolved_advantage_baseline() == value if name == "advantage_baseline" else \
+            getattr(config, name) == value, name
 
 
 def test_the_retraining_on_another_cpu_kind_is_stated_as_recorded():
