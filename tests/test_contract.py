@@ -244,3 +244,34 @@ def test_the_rule_is_announced_under_trl_budget_grpo(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     lines = [line for line in (result.stdout + result.stderr).splitlines() if "Rollout budget:" in line]
     assert len(lines) == 1 and "(budget_allocator='spo')" in lines[0] and "num_generations=4 is not read" in lines[0]
+
+
+@pytest.mark.parametrize("scale", [1.0, -3.0, 250.0, 1e-3])
+@pytest.mark.parametrize("scale_rewards", ["group", "none"])
+def test_the_history_baseline_on_a_first_visit_is_grpos_group_at_any_reward_scale(scale, scale_rewards):
+    from trl_budget.advantages import advantages_against_baseline, grouped_advantages
+    from trl_budget.tracker import CapabilityTracker
+
+    rng = np.random.default_rng(0)
+    counts = np.array([8, 8, 8, 8])
+    rewards = rng.normal(size=(32, 2)) * scale
+    rewards[[0, 9], 1] = np.nan  # a reward function that could not score a rollout
+    rewards[16:24] = rewards[16]  # a group whose rewards all agree
+    per_func = torch.as_tensor(rewards, dtype=torch.float32)
+    weights = torch.tensor([1.0, 0.5])
+    weighted = (per_func * weights).nansum(dim=1)
+    keys = ["a", "b", "c", "d"]
+    tracker = CapabilityTracker(reward_history_window=16.0)  # nothing seen: every prompt's first visit
+    history, agree = advantages_against_baseline("history", per_func, counts, weighted, weighted, counts, keys,
+                                                 tracker, weights, scale_rewards, "sum_then_normalize")
+    group, group_agree = grouped_advantages(per_func, torch.as_tensor(counts), weights, scale_rewards,
+                                            "sum_then_normalize")
+    # The same baseline: GRPO's float32 arithmetic and the history's float64 agree to float32 rounding.
+    mixed = torch.ones(32, dtype=torch.bool)
+    mixed[16:24] = False
+    tolerance = 1e-6 if scale_rewards == "group" else 1e-6 * abs(scale)
+    assert torch.allclose(history[mixed], group[mixed], rtol=1e-5, atol=tolerance)
+    assert torch.equal(agree[mixed], group_agree[mixed])
+    # A group whose rewards all agree gets 0 and counts as agreeing; GRPO's float32 deviation can leave a rounding
+    # residue there instead of 0 (at a scale of 250, advantages of about 0.04), which the history baseline does not.
+    assert (history[16:24] == 0).all() and agree[16:24].all()

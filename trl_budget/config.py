@@ -252,7 +252,8 @@ class BudgetGRPOConfig(GRPOConfig, AllocationSettings, TrackerSettings, BatchSet
         spo_offline_sampling (`bool`, *optional*, defaults to `False`):
             Sample SPO's prior in the run itself: before the first batch, `spo_offline_n` rollouts of every training
             prompt, generated and scored as the run's rollouts are (the release samples its offline values in a
-            separate validation run). A reward above 0 counts as a success. Logged: `spo/prior_rollouts` (the
+            separate validation run). A reward above 0 counts as a success (above `spo_reward_range`'s low end when it is
+            declared). Logged: `spo/prior_rollouts` (the
             rollouts generated, in whole generation batches) and `spo/prior_seconds`.
         spo_offline_n (`int`, *optional*, defaults to `8`):
             Offline scores per prompt the prior counts (the release's `offline_N`): more are sub-sampled, fewer count
