@@ -327,9 +327,11 @@ def test_server_mode_runs_each_rollouts_tool_loop_for_its_own_prompt(tmp_path, t
 
 def test_uniform_through_the_engine_lays_out_rows_as_grpo_trainer_does(tmp_path, copy_model, vllm_server,
                                                                       cpu_weight_sync, requests_sent):
+    # The default rule, the history baseline on TRL's own rows: the rows and requests are GRPOTrainer's.
     ours, theirs = Rows(), Rows()
-    server_trainer(tmp_path / "budget", copy_model, vllm_server, ours, max_steps=3,
-                   budget_allocator="uniform").train()
+    budget = server_trainer(tmp_path / "budget", copy_model, vllm_server, ours, max_steps=3, budget_allocator="uniform")
+    assert budget.advantage_baseline == "history"
+    budget.train()
     grpo = server_trainer(tmp_path / "grpo", copy_model, vllm_server, theirs, trainer_class=GRPOTrainer, max_steps=3)
     grpo.train()
     assert [[p for p, _ in batch] for batch in ours.batches] == [[p for p, _ in batch] for batch in theirs.batches]

@@ -216,7 +216,7 @@ def main_spo(model_dir: str, output_dir: str) -> None:
     batches = []
     parity_reward = recording_parity_reward(batches)
     args = colocate_config(output_dir, max_steps=4, per_device_train_batch_size=8, budget_allocator="spo",
-                           max_generations=128)
+                           budget_max_generations=128)
     trainer = Recorder(model=model_dir, reward_funcs=parity_reward, args=args, train_dataset=copy_dataset(10),
                        processing_class=None)
     trainer.train()
