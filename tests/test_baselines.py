@@ -95,17 +95,18 @@ def test_a_run_with_the_history_baseline_trains_each_prompt_against_its_history(
                            success_threshold=0.5, **rule)
     recorder = RowRecorder(trainer)
     trainer.train()
-    visits: dict[str, list[np.ndarray]] = {}
+    visits: dict[str, list[np.ndarray]] = {}  # each prompt's earlier visits: a step's rewards of it, pooled
     for step, (plan, advantages, _) in enumerate(recorder.steps):
-        for prompt in dict.fromkeys(p for p, _ in scored.steps[step]):
-            visits.setdefault(prompt, []).append(np.array([r for p, r in scored.steps[step] if p == prompt]))
         expected = []
-        for prompt, count in zip(plan.prompts, plan.counts):
-            weight, mean, m2 = history_by_hand(visits[prompt["prompt"]], 0.5)
+        for prompt, count in zip(plan.prompts, plan.counts):  # a group: its history merged with its own rewards
             trained = plan.rewards[len(expected) : len(expected) + count]
+            weight, mean, m2 = history_by_hand(visits.get(prompt["prompt"], []) + [trained], 0.5)
             expected += [0.0] * count if m2 == 0 else list((trained - mean) / (math.sqrt(m2 / (weight - 1)) + 1e-4))
         # The rows as trained: plan slot `slot_order[i]` in row i (rounds merge their rows round after round).
         np.testing.assert_allclose(advantages.numpy(), np.array(expected)[plan.slot_order], rtol=1e-5, atol=1e-6)
+        for prompt in dict.fromkeys(p for p, _ in scored.steps[step]):
+            visits.setdefault(prompt, []).append(np.array([r for p, r in scored.steps[step] if p == prompt]))
+    assert any(len(plan.prompts) > len({row["prompt"] for row in plan.prompts}) for plan, _, _ in recorder.steps)
     logs = [entry for entry in trainer.state.log_history if "budget/effective_ratio" in entry]
     assert len(logs) == 6
 

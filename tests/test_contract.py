@@ -275,3 +275,18 @@ def test_the_history_baseline_on_a_first_visit_is_grpos_group_at_any_reward_scal
     # A group whose rewards all agree gets 0 and counts as agreeing; GRPO's float32 deviation can leave a rounding
     # residue there instead of 0 (at a scale of 250, advantages of about 0.04), which the history baseline does not.
     assert (history[16:24] == 0).all() and agree[16:24].all()
+
+
+def test_two_groups_of_one_prompt_text_in_a_batch_keep_grpos_groups_on_a_first_visit(tmp_path, tokenizer):
+    # Before: the history baseline pooled every row of a prompt text in the batch, so two rows of the same text with
+    # different answers (a dataset that repeats its prompts) shared one baseline at their first visit, unlike GRPO.
+    from datasets import Dataset
+
+    rows = Dataset.from_list([{"prompt": "3+4=", "answer": "7"}, {"prompt": "3+4=", "answer": "8"}] * 3)
+    runs = [train(trainer_class, config_class, tokenizer, tmp_path / trainer_class.__name__, dataset=rows,
+                  reward_funcs=(parity_reward,), max_steps=1, shuffle_dataset=False)
+            for trainer_class, config_class in ((GRPOTrainer, GRPOConfig), (BudgetGRPOTrainer, BudgetGRPOConfig))]
+    grpo, budget = runs
+    assert list(budget._logs["completion"]) == list(grpo._logs["completion"])
+    assert np.allclose(list(budget._logs["advantages"]), list(grpo._logs["advantages"]), atol=1e-5)
+    assert budget.advantage_baseline == "history"

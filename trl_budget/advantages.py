@@ -168,9 +168,8 @@ def advantages_against_baseline(baseline: str, trained_per_func: torch.Tensor, t
     if baseline == "all_rollouts":
         return advantages_against_all_rollouts(trained, trained_counts, generated, generated_counts, scale=scale)
     if baseline == "history":
-        names, *moments = tracker.reward_moments_after(np.repeat(keys, generated_counts), generated.cpu().numpy())
-        of_prompt = [names.index(key) for key in keys]  # a prompt sampled twice in a batch: one history
-        return advantages_against_moments(trained, trained_counts, *(moment[of_prompt] for moment in moments),
+        groups = np.split(generated.detach().to(torch.float64).cpu().numpy(), np.cumsum(generated_counts)[:-1])
+        return advantages_against_moments(trained, trained_counts, *tracker.reward_moments_of_groups(keys, groups),
                                           scale=scale)
     counts = torch.as_tensor(trained_counts, device=trained_per_func.device)
     return grouped_advantages(trained_per_func, counts, reward_weights, scale_rewards, aggregation)

@@ -277,6 +277,16 @@ class CapabilityTracker:
         names, values = _values_by_key(keys, reward_values)
         return names, *merged_moments(*self.reward_moments(names), values, 1.0 - 1.0 / self.reward_history_window)
 
+    def reward_moments_of_groups(self, keys: Sequence[Hashable], groups: list[np.ndarray]
+                                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Each group's baseline moments: its key's reward history before this visit merged with that group's own
+        rewards (`groups[i]`, NaN where unscored), one group at a time, so that two groups of one key in a batch (a
+        prompt text the data repeats) are each merged with the history alone, as GRPO keeps them apart."""
+        if self.reward_history_window is None:
+            raise ValueError("this tracker keeps no reward history: create it with a reward_history_window.")
+        return merged_moments(*self.reward_moments([str(key) for key in keys]), groups,
+                              1.0 - 1.0 / self.reward_history_window)
+
     # --------------------------------------------------------------------------------------------- lengths
 
     def _record_lengths(self, keys: Sequence[Hashable], lengths) -> None:
