@@ -16,6 +16,7 @@
     multiprocess_run.py OUTPUT_DIR knapsack-beyond    # a column prior, group pools, prompt-weighted loss, token cap
     multiprocess_run.py OUTPUT_DIR knapsack-history   # advantages against each prompt's reward history
     multiprocess_run.py OUTPUT_DIR uniform-trl        # uniform, and GRPOTrainer itself (grpo-trl), on the same run
+    multiprocess_run.py OUTPUT_DIR default-trl        # the trainer's defaults (the history baseline) on that run
     multiprocess_run.py OUTPUT_DIR uniform-dynamic    # dynamic sampling over 12 prompts, no cap on generation batches
     multiprocess_run.py OUTPUT_DIR dynamic-cap        # dynamic sampling where every rollout earns 1: the cap is reached
     multiprocess_run.py OUTPUT_DIR spo                # SPO: one rollout a prompt, drawn by its weights, KL-adaptive rho
@@ -128,8 +129,9 @@ def parity_reward_infinite_on_rank_1(completions, answer, trainer_state, **kwarg
 
 
 def trl_parity(output_dir: str, mode: str) -> None:
-    """`uniform-trl` and `grpo-trl`: BudgetGRPOTrainer with uniform, or GRPOTrainer itself, on the same run; each rank
-    writes its losses, the completions and advantages TRL logged, and a digest of the trained weights."""
+    """`uniform-trl`, `default-trl` and `grpo-trl`: BudgetGRPOTrainer with GRPO's baseline (exactly GRPOTrainer), with
+    the defaults (the history baseline), or GRPOTrainer itself, on the same run; each rank writes its losses, the
+    completions and advantages TRL logged, and a digest of the trained weights."""
     import hashlib
 
     from trl import GRPOConfig, GRPOTrainer
@@ -139,10 +141,11 @@ def trl_parity(output_dir: str, mode: str) -> None:
 
     tokenizer = build_char_tokenizer(ALPHABET)
     options = grpo_kwargs(output_dir, per_device_train_batch_size=4, max_steps=4)
-    budget = mode == "uniform-trl"
+    budget = mode != "grpo-trl"
+    rule = {"advantage_baseline": "group"} if mode == "uniform-trl" else {}
     trainer = (BudgetGRPOTrainer if budget else GRPOTrainer)(
-        model=build_tiny_model(tokenizer), reward_funcs=parity_reward, train_dataset=make_dataset(),
-        args=(BudgetGRPOConfig(**options, budget_allocator="uniform") if budget else GRPOConfig(**options)),
+        model=build_tiny_model(tokenizer), reward_funcs=parity_reward, train_dataset=make_dataset(8),  # no revisit
+        args=(BudgetGRPOConfig(**options, **rule) if budget else GRPOConfig(**options)),
         processing_class=tokenizer)
     trainer.train()
     digest = hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in trainer.model.parameters())).hexdigest()
@@ -172,6 +175,8 @@ def main(output_dir: str, mode: str):
     if mode.endswith("-dynamic"):
         beyond = dict(dynamic_sampling=True, dynamic_sampling_max_gen_batches=0,
                       dataset=make_dataset(12))
+    if allocator == "uniform" and "advantage_baseline" not in beyond:  # GRPO's, which the advantages are checked by
+        beyond["advantage_baseline"] = "group"
     if mode.startswith("spo"):  # 8 prompts a batch drawn from 6, so prompts come back within the run
         beyond = dict(budget_max_generations=128, learning_rate=1e-2)
     if mode == "dynamic-cap":

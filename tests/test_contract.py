@@ -50,7 +50,8 @@ def test_a_trl_users_script_keeps_grpo_trainers_layout_and_metrics_and_announces
     assert list(budget._logs["prompt"]) == list(grpo._logs["prompt"])
     assert Counter(budget._logs["prompt"]) == Counter({prompt: 8 for prompt in grpo._logs["prompt"]})
     # TRL's metrics: the same names at every step; on a prompt's first visit the history baseline is GRPO's group, so
-    # the first step (identical rollouts) gives the same advantages and figures.
+    # the first step gives the same figures, and the batch TRL's completions log keeps (the third, still first
+    # visits) the same rollouts and advantages.
     assert [set(entry) for entry in trl_metrics(budget)] == [set(entry) for entry in trl_metrics(grpo)]
     assert list(budget._logs["completion"])[:16] == list(grpo._logs["completion"])[:16]
     assert np.allclose(list(budget._logs["advantages"])[:16], list(grpo._logs["advantages"])[:16], atol=1e-5)

@@ -266,3 +266,17 @@ def test_uniform_on_two_processes_is_grpo_trainer_bit_for_bit(tmp_path):
         reports[mode] = [json.loads((tmp_path / mode / f"rank{rank}.json").read_text()) for rank in range(2)]
     ours, theirs = reports["uniform-trl"], reports["grpo-trl"]
     assert ours == theirs and len(ours[0]["losses"]) == 4
+
+
+def test_the_defaults_on_two_processes_keep_grpo_trainers_rows(tmp_path):
+    # The history baseline on TRL's own rows: every rank holds the rows GRPOTrainer gives it; on first visits (8
+    # prompts, 2 a step, 4 steps) the advantages are GRPO's, and both ranks log the same. TRL keeps the last batch's.
+    reports = {}
+    for mode in ("default-trl", "grpo-trl"):
+        result = launch(tmp_path / mode, mode)
+        assert result.returncode == 0, result.stderr[-4000:]
+        reports[mode] = [json.loads((tmp_path / mode / f"rank{rank}.json").read_text()) for rank in range(2)]
+    ours, theirs = reports["default-trl"], reports["grpo-trl"]
+    assert ours[0]["completions"] == ours[1]["completions"] and ours[0]["advantages"] == ours[1]["advantages"]
+    assert ours[0]["completions"] == theirs[0]["completions"] and len(ours[0]["completions"]) == 8
+    np.testing.assert_allclose(ours[0]["advantages"], theirs[0]["advantages"], atol=1e-5)

@@ -192,23 +192,30 @@ def test_the_wheel_lists_every_subpackage():
     assert set(listed) == set(find_packages(str(root), include=["trl_budget*"])) | {"trl_budget.accelerate_configs"}
 
 
-def test_trls_group_size_check_says_the_default_rule_does_not_read_it(tmp_path):
-    # Before: TRL's bare "must be divisible by num_generations (16)", for a setting the default rule (SPO) never reads.
-    with pytest.raises(ValueError, match=r"^generation_batch_size \(8\) must be divisible by num_generations \(16\)\. "
-                                         r"TRL checks it under every rule, though under budget_allocator='spo' \(the "
-                                         r"default\) num_generations is not read: .* or budget_allocator='uniform'"):
-        BudgetGRPOConfig(str(tmp_path), use_cpu=True, report_to=[], num_generations=16)
+def test_trls_group_size_check_is_trls_where_num_generations_is_read_and_spo_takes_any(tmp_path):
+    # Under the default rule num_generations keeps TRL's meaning, so TRL's own check stands as TRL words it.
     with pytest.raises(ValueError, match=r"^generation_batch_size \(8\) must be divisible by num_generations \(16\)\.$"):
-        BudgetGRPOConfig(str(tmp_path), use_cpu=True, report_to=[], budget_allocator="uniform", num_generations=16)
+        BudgetGRPOConfig(str(tmp_path), use_cpu=True, report_to=[], num_generations=16)
+    # Before: refused under SPO, which never reads num_generations, with a fix that asked to change it.
+    config = BudgetGRPOConfig(str(tmp_path), use_cpu=True, report_to=[], budget_allocator="spo", num_generations=16)
+    assert config.generation_batch_size % config.num_generations == 0 and config.num_generations_eval == 16
 
 
 @pytest.mark.parametrize("setting, message", [
-    # Before: "this run's allocator is 'spo'", "(this run's: None)", and no way back to GRPO's groups.
-    ({"knapsack_fallback": False}, "but this run's is budget_allocator='spo' (the default), which would ignore it"),
-    ({"advantage_history_window": 8.0}, "advantage_baseline='history' (this run's: 'spo'), which would ignore it"),
-    ({"advantage_baseline": "group"}, "or set budget_allocator='uniform' for GRPO's groups."),
+    # Before (under SPO as the default): "this run's allocator is 'spo'", "(this run's: None)".
+    ({"knapsack_fallback": False}, "but this run's is budget_allocator='uniform' (the default), which would ignore it"),
+    ({"budget_allocator": "spo", "knapsack_fallback": False}, "but this run's is budget_allocator='spo', which"),
+    ({"budget_allocator": "spo", "advantage_history_window": 8.0},
+     "advantage_baseline='history' (this run's: 'spo'), which would ignore it"),
 ])
-def test_a_setting_over_the_defaults_that_cannot_work_says_the_rule_is_the_default(tmp_path, setting, message):
+def test_a_setting_another_rule_reads_names_the_rule_in_effect(tmp_path, setting, message):
     with pytest.raises(ValueError) as refused:
         BudgetGRPOConfig(str(tmp_path), use_cpu=True, report_to=[], **setting)
     assert message in str(refused.value)
+
+
+def test_the_defaults_read_the_history_window_and_take_grpos_baseline(tmp_path):
+    config = BudgetGRPOConfig(str(tmp_path), use_cpu=True, report_to=[], advantage_history_window=8.0)
+    assert config.resolved_advantage_baseline() == "history" and config.make_tracker().reward_history_window == 8.0
+    config = BudgetGRPOConfig(str(tmp_path), use_cpu=True, report_to=[], advantage_baseline="group")
+    assert config.resolved_advantage_baseline() == "group" and config.make_tracker().reward_history_window is None

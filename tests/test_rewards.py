@@ -13,7 +13,7 @@ from trl import GRPOConfig, GRPOTrainer
 from trl_budget.demo.tiny import build_tiny_model
 
 RULES = {
-    "uniform": {"budget_allocator": "uniform"},
+    "uniform": {"budget_allocator": "uniform", "advantage_baseline": "group"},  # GRPO's, as the checks compare
     "knapsack": {"budget_allocator": "knapsack"},
     "probe": {"budget_allocator": "knapsack", "probe_generations": 2},
     "rounds": {"budget_allocator": "uniform", "rounds_generations": 2},

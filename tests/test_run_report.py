@@ -305,7 +305,7 @@ def test_with_offline_priors_spos_state_holds_every_training_prompt_and_unvisite
     rows = make_dataset(30)
     dataset = rows.add_column("scores", [[float(index % 3 == 0)] * 2 for index in range(len(rows))])
     make_trainer(tmp_path, tokenizer, max_steps=2, spo_rho=0.875, dataset=dataset, save_strategy="steps",
-                 save_steps=1, budget_allocator="spo", max_generations=128, spo_offline_column="scores",
+                 save_steps=1, budget_allocator="spo", budget_max_generations=128, spo_offline_column="scores",
                  spo_offline_n=2).train()
     report = build_report(tmp_path)
     assert set(report.keys) == set(prompt_texts(rows, "the rows"))  # the training set, drawn or not
