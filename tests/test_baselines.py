@@ -10,7 +10,7 @@ from helpers import assert_resumes_exactly, config_kwargs, make_trainer, parity_
 from test_probe import RowRecorder
 
 from trl_budget import BudgetGRPOConfig, CapabilityTracker
-from trl_budget.advantages import advantages_against_moments
+from trl_budget.advantages import advantages_against_baseline, advantages_against_moments
 from trl_budget.tracker import merged_moments
 
 
@@ -311,3 +311,14 @@ def test_a_tracker_that_disagrees_with_a_setting_the_config_states_is_refused(tm
         make_trainer(tmp_path, tokenizer, tracker=CapabilityTracker(**tracker_settings), **stated)
     # A setting the config leaves to the allocator's release is the tracker's to choose.
     make_trainer(tmp_path, tokenizer, max_steps=1, tracker=CapabilityTracker(window=2)).train()
+
+
+def test_equal_rewards_whose_float_residue_is_not_zero_agree_as_grpo_tells_them():
+    # Before: three rewards of 0.1 left m2 of about 6e-34, counted as a spread: advantages of about 1e-13 instead of 0,
+    # and rows counted as carrying a gradient.
+    tracker = CapabilityTracker(reward_history_window=16.0)
+    rewards = torch.tensor([0.1, 0.1, 0.1], dtype=torch.float64)  # their mean is 0.1 + 1.4e-17
+    advantages, agree = advantages_against_baseline("history", rewards[:, None], np.array([3]), rewards, rewards,
+                                                    np.array([3]), ["p"], tracker, torch.ones(1), "group",
+                                                    "sum_then_normalize")
+    assert advantages.tolist() == [0.0, 0.0, 0.0] and agree.all()

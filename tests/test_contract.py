@@ -291,3 +291,44 @@ def test_two_groups_of_one_prompt_text_in_a_batch_keep_grpos_groups_on_a_first_v
     assert list(budget._logs["completion"]) == list(grpo._logs["completion"])
     assert np.allclose(list(budget._logs["advantages"]), list(grpo._logs["advantages"]), atol=1e-5)
     assert budget.advantage_baseline == "history"
+
+
+class RecordedReward:
+    """The parity reward, keeping every reward it gives by the step it is given at (a batch's every generated row)."""
+
+    __name__ = "parity_reward"
+
+    def __init__(self, base=parity_reward):
+        self.by_step, self.base = {}, base
+
+    def __call__(self, completions, answer, trainer_state, **kwargs):
+        rewards = self.base(completions=completions, answer=answer)
+        self.by_step.setdefault(trainer_state.global_step, []).extend(rewards)
+        return rewards
+
+
+@pytest.mark.parametrize("rule", [
+    {"budget_allocator": "knapsack", "probe_generations": 2},
+    {"rounds_generations": 2},
+    {"budget_allocator": "reinforce_ada", "reinforce_ada_samples_per_round": 4, "num_generations": 4},
+    {"dynamic_sampling": True, "dynamic_sampling_max_gen_batches": 0},
+], ids=["probe", "rounds", "reinforce_ada", "dynamic_sampling"])
+def test_trls_reward_figures_are_over_every_rollout_a_batch_generated(tmp_path, tokenizer, rule):
+    # Before: TRL logged reward and reward_std once per generation request, and the step's figure was the mean of
+    # those (requests of different sizes; under Reinforce-Ada a mean reward of 1.17 where the rows scored 0.63).
+    reward = RecordedReward(coarse if "dynamic_sampling" in rule else parity_reward)  # groups that agree: more draws
+    options = {"max_steps": 4, "per_device_train_batch_size": 16, "num_generations": 8, **rule}
+    trainer = BudgetGRPOTrainer(model=build_tiny_model(tokenizer), reward_funcs=[reward],
+                                args=BudgetGRPOConfig(**{**trl_user_kwargs(tmp_path), **options,
+                                                         "budget_min_generations": 2}),
+                                train_dataset=make_dataset(12), processing_class=tokenizer)
+    trainer.train()
+    entries = [entry for entry in trainer.state.log_history if "reward" in entry and "loss" in entry]
+    assert len(entries) == 4
+    for step, entry in enumerate(entries):
+        generated = np.asarray(reward.by_step[step], dtype=np.float32)
+        assert entry["reward"] == pytest.approx(float(generated.mean()), abs=1e-6)
+        assert entry["reward_std"] == pytest.approx(float(generated.std(ddof=1)), abs=1e-5)
+        assert entry["rewards/parity_reward/mean"] == pytest.approx(float(generated.mean()), abs=1e-6)
+    if "dynamic_sampling" not in rule:  # a rule of several requests a batch took more than one
+        assert any(entry["budget/rounds"] > 1 for entry in trainer.state.log_history if "budget/rounds" in entry)

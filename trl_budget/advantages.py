@@ -137,8 +137,9 @@ def advantages_against_moments(trained: torch.Tensor, trained_counts: np.ndarray
     """
     several = weight > 1
     deviation = np.sqrt(np.divide(m2, weight - 1, out=np.zeros_like(m2), where=several))
-    return _against_baseline(trained, trained_counts, mean, deviation if scale else None, ~(several & (m2 > 0)),
-                             epsilon)
+    # Agreeing rewards as GRPO tells them (torch.isclose(std, 0)): a float residue of equal rewards is no spread.
+    agree = ~several | np.isclose(deviation, 0.0, rtol=0.0, atol=1e-8)
+    return _against_baseline(trained, trained_counts, mean, deviation if scale else None, agree, epsilon)
 
 
 def _against_baseline(trained: torch.Tensor, trained_counts: np.ndarray, mean: np.ndarray, deviation: np.ndarray | None,

@@ -8,6 +8,7 @@ from collections import defaultdict
 import numpy as np
 import torch
 from transformers.utils import logging
+from trl.trainer.utils import nanstd
 
 from .rollout_plan import RolloutPlan
 
@@ -135,6 +136,38 @@ class BudgetMetrics:
                 if isinstance(callback, TensorBoardCallback) and callback.tb_writer is not None:
                     for tag, values in histories.items():
                         callback.tb_writer.add_histogram(tag, values, step)
+
+
+def batch_figures_logged(metrics: defaultdict, reward_func_names: list[str]) -> dict[str, int]:
+    """How many entries each of TRL's reward and length figures holds before a batch (`relog_batch_figures`)."""
+    return {key: len(metrics[key]) for key in trl_batch_figures(reward_func_names)}
+
+
+def trl_batch_figures(reward_func_names: list[str]) -> tuple[str, ...]:
+    """TRL's figures of a batch's rewards and completion lengths, which it logs once per generation request."""
+    per_function = [f"rewards/{name}/{stat}" for name in reward_func_names for stat in ("mean", "std")]
+    return ("reward", "reward_std", *per_function, "completions/mean_length", "completions/min_length",
+            "completions/max_length")
+
+
+def relog_batch_figures(metrics: defaultdict, logged_before: dict[str, int], rewards_per_func: torch.Tensor,
+                        reward_weights: torch.Tensor, reward_func_names: list[str], lengths: torch.Tensor) -> None:
+    """TRL's reward and length figures for a batch generated in several requests (rounds, dynamic sampling's
+    generation batches), as TRL means them: one figure over every rollout the batch generated, not the mean of one
+    figure per request (requests of different sizes, rows a rule then drops). `rewards_per_func` and `lengths` are
+    every generated row's, from all processes; NaN marks a reward a function could not give."""
+    rewards = (rewards_per_func * reward_weights.to(rewards_per_func.device).unsqueeze(0)).nansum(dim=1)
+    rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
+    lengths = lengths.float()
+    figures = {"reward": torch.nanmean(rewards).item(), "reward_std": nanstd(rewards).item(),
+               "completions/mean_length": lengths.mean().item(), "completions/min_length": lengths.min().item(),
+               "completions/max_length": lengths.max().item()}
+    for index, name in enumerate(reward_func_names):
+        figures[f"rewards/{name}/mean"] = torch.nanmean(rewards_per_func[:, index]).item()
+        figures[f"rewards/{name}/std"] = nanstd(rewards_per_func[:, index]).item()
+    for key, value in figures.items():
+        del metrics[key][logged_before.get(key, 0):]
+        metrics[key].append(value)
 
 
 def relog_advantages(logged: list, generated_counts: np.ndarray, generated_slot_order: np.ndarray,

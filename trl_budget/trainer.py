@@ -36,7 +36,7 @@ from .announcement import announcement
 from .checkpoint import restore_budget_state, resume_point, save_budget_state
 from .config import BudgetGRPOConfig
 from .dynamic_sampling import STREAM_STATE_NAME, DynamicSampling, PromptStream, training_rows
-from .metrics import BudgetMetrics, relog_advantages
+from .metrics import BudgetMetrics, batch_figures_logged, relog_advantages, relog_batch_figures
 from .per_prompt_engine import generate_prompt_by_prompt
 from .prior import BUDGET_COLUMN_SETTINGS, history_pass_rates
 from .probe import fresh_pass_rates
@@ -140,11 +140,15 @@ class BudgetGRPOTrainer(GRPOTrainer):
                 refuse_images_in_rounds(self.allocator, self.args)
             refuse_images_under_kl_adaptive_rho(self.args, self.allocator)
         zero_std_logged = len(self._metrics["train"]["frac_reward_zero_std"])
+        figures_logged = batch_figures_logged(self._metrics["train"], self.reward_func_names)
         rounds, trl_rows = self._generate_rounds(rule, prompts)
         trl_advantages = trl_rows and self.advantage_baseline == "group"  # TRL's own advantages hold as they are
         if len(prompts) > len(history_rates):  # dynamic sampling drew more prompts: their history (not yet updated)
             history_rates, from_prior, groups = history_pass_rates(self.tracker, prompts, keys, self.args)
         generated_rewards, lengths = rounds.gathered_in_plan_order()
+        if len(rounds) > 1 or rounds.logged_ahead is not None:  # TRL logged one figure per request: one for the batch
+            relog_batch_figures(self._metrics["train"], figures_logged, generated_rewards, self.reward_weights,
+                                self.reward_func_names, lengths)
         generated_weighted = self.rewards.weighted(generated_rewards)
         pad_token_id = getattr(self, "_tokenizer", self.processing_class).pad_token_id
         trained = (rounds.all_trained(pad_token_id, generated_rewards) if not hasattr(rule, "trained_slots") else
