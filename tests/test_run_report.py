@@ -4,6 +4,7 @@ line, SPO's estimates, the W&B tables of `BudgetReportCallback`, and the errors.
 
 import csv
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -25,6 +26,7 @@ from trl_budget.run_report import (
     prompt_table,
     prompt_texts,
     read_prompts_file,
+    report_json,
     shares_table,
     write_report,
 )
@@ -413,3 +415,102 @@ def test_the_callback_warns_and_lets_training_go_on_where_no_report_can_be_read(
     assert "BudgetReportCallback logged no report at step 1" in caplog.text
     assert "lack budget_tracker_state.json" in caplog.text
     assert not list(tmp_path.glob("wandb/offline-run-*/files/media/table"))
+
+
+def off_scale_reward(completions, **kwargs):
+    """A reward on another scale than 0/1: 0 at three characters, below 0 elsewhere; never reaches 1."""
+    return [-float(abs(3 - len(completion))) for completion in completions]
+
+
+@pytest.fixture(scope="module")
+def history_run(tmp_path_factory, tokenizer):
+    """Three steps of the default rule (uniform, the history baseline) on three prompts that come back, with a reward
+    that never reaches success_threshold=1, a checkpoint at every step."""
+    folder = tmp_path_factory.mktemp("history-report-run")
+    trainer = make_trainer(folder / "out", tokenizer, reward_funcs=off_scale_reward, max_steps=STEPS,
+                           dataset=concatenate_datasets([make_dataset(3)] * 4), save_strategy="steps", save_steps=1,
+                           budget_allocator="uniform", budget_min_generations=1, budget_max_generations=1 << 30)
+    assert trainer.advantage_baseline == "history"
+    trainer.train()
+    return folder
+
+
+def history_status_by_hand(weight: float, mean: float, m2: float, top: float, bottom: float) -> str:
+    """The history baseline's reading: rewards that differ (a spread beyond rounding) give a gradient; rewards that
+    agree are placed among the means the run's histories hold."""
+    if weight == 0:
+        return "unseen"
+    if weight > 1 and math.sqrt(m2 / (weight - 1)) > 1e-9 * abs(mean):
+        return "learning"
+    at_top, at_bottom = math.isclose(mean, top, rel_tol=1e-9), math.isclose(mean, bottom, rel_tol=1e-9)
+    return "solved" if at_top and not at_bottom else "hopeless" if at_bottom and not at_top else "stalled"
+
+
+def test_under_the_history_baseline_statuses_come_from_the_reward_history(history_run):
+    out = history_run / "out"
+    report = build_report(out)
+    assert report.statuses_from == "history" and report.steps == [1, 2, 3]
+    logged = [entry["budget/effective_ratio"] for entry in report.logs if "budget/effective_ratio" in entry]
+    assert logged and max(logged) > 0  # prompts trained, though no rollout reached success_threshold
+    assert np.nanmax(report.pass_rates) == 0  # the pass rate the old reading went by: every prompt "hopeless"
+    for index, step in enumerate(report.steps):
+        state = json.loads((out / f"checkpoint-{step}" / "budget_tracker_state.json").read_text())
+        moments = {key: state["reward_moments"][3 * row:3 * row + 3] for row, key in enumerate(state["keys"])}
+        means = [mean for weight, mean, _ in moments.values() if weight > 0]
+        for column, key in enumerate(report.keys):
+            weight, mean, m2 = moments.get(key, (0.0, 0.0, 0.0))
+            assert report.statuses[index, column] == history_status_by_hand(weight, mean, m2, max(means), min(means))
+            if weight:
+                assert report.history_means[index, column] == pytest.approx(mean)
+                spread = math.sqrt(m2 / (weight - 1)) if weight > 1 else 0.0
+                assert report.history_spreads[index, column] == pytest.approx(spread)
+    assert "learning" in report.statuses[-1] and "hopeless" not in report.statuses[-1]
+    columns, rows = prompt_table(report)
+    assert {"history_mean", "history_spread"} <= set(columns)
+    text = format_report(report)
+    assert "history mean" in text and "from the prompt's reward history" in text
+    saved = report_json(report)
+    assert saved["statuses_from"] == "history" and "history_solved" in saved["definitions"]
+
+
+def test_history_statuses_by_the_means_the_run_holds(tmp_path):
+    # Summed 0/1 rewards (correct + format): "format" earns 1 on every rollout, which success_threshold=1 calls solved.
+    names = ["both", "format", "none", "mixed", "middle", "thirds", "tenths", "pass rate only"]
+    key = {name: prompt_key(name) for name in names}
+    tracker = CapabilityTracker(reward_history_window=4.0)
+    rollouts = {"both": [2, 2, 2], "format": [1, 1, 1, 1], "none": [0, 0], "mixed": [0, 2, 1, 1],
+                "middle": [1.5, 1.5], "thirds": [0.1] * 3}
+    keys = [key[name] for name, rewards in rollouts.items() for _ in rewards]
+    values = [reward for rewards in rollouts.values() for reward in rewards]
+    tracker.update(keys, values, reward_values=values)
+    save_tracker(str(tmp_path / "checkpoint-1"), tracker)
+    plain = CapabilityTracker()  # a state that keeps no history, from before the baseline: read by pass rate
+    plain.update([key["pass rate only"]], [1.0])
+    report = build_report(tmp_path, {key[name]: name for name in names})
+    status = {report.name(k): report.statuses[0, report.keys.index(k)] for k in report.keys}
+    assert status == {"both": "solved", "format": "stalled", "none": "hopeless", "mixed": "learning",
+                      "middle": "stalled", "thirds": "stalled"}
+    assert report.pass_rates[0, report.keys.index(key["format"])] == 1  # what the pass rate would call solved
+    columns, rows = shares_table(report)
+    assert dict(zip(columns, rows[0]))["stalled"] == 3
+    # Rewards that agree but leave a rounding residue in the history (0.1 three times: a mean a hair above 0.1, squared
+    # deviations of 6e-34) have no spread, and sit at the lowest mean beside a prompt whose 0.1s left none.
+    assert tracker.reward_moments([key["thirds"]])[2][0] == pytest.approx(6e-34, rel=0.1)  # as docs/report.md says
+    tracker.update([key["none"]] * 2 + [key["tenths"]] * 2, [1, 1, 0.1, 0.1], reward_values=[1, 1, 0.1, 0.1])
+    save_tracker(str(tmp_path / "checkpoint-2"), tracker)
+    report = build_report(tmp_path)
+    latest = {k: report.statuses[-1, report.keys.index(k)] for k in report.keys}
+    assert latest[key["thirds"]] == latest[key["tenths"]] == "hopeless" and latest[key["none"]] == "learning"
+    save_tracker(str(tmp_path / "checkpoint-3"), plain)
+    assert build_report(tmp_path).statuses_from == "tracker"  # the newest state decides
+
+
+def test_where_every_group_is_one_rollout_zero_std_groups_is_left_out(spo_run, run):
+    report = build_report(spo_run / "out")
+    assert {entry["budget/rollouts_max"] for entry in report.logs} == {1.0}
+    assert all(entry["budget/zero_std_groups"] == 1.0 for entry in report.logs)  # logged: every group agrees
+    columns, _ = shares_table(report)
+    assert "budget/effective_ratio" in columns and "budget/zero_std_groups" not in columns
+    assert "zero_std_groups" not in format_report(report)
+    columns, _ = shares_table(build_report(run / "out"))  # groups of several rollouts: kept
+    assert "budget/zero_std_groups" in columns

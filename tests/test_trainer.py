@@ -320,6 +320,25 @@ def test_a_success_signal_that_never_varies_is_reported_once(tmp_path, tokenizer
         trainer.train()
     warnings = [r for r in caplog.records if "generation batches was judged solved" in r.getMessage()]
     assert len(warnings) == 1 and "success_threshold=1.0" in warnings[0].getMessage()
+    assert "the allocator (" in warnings[0].getMessage() and "hands out fixed counts" in warnings[0].getMessage()
+
+
+@pytest.mark.parametrize("settings, reader", [
+    ({}, None),  # the default rule: uniform counts, the history baseline
+    ({"advantage_baseline": "group"}, None),  # GRPO's own rule
+    ({"rounds_generations": 2}, "rounds until mixed (rounds_generations) find no prompt mixed"),
+], ids=["default", "group", "rounds"])
+def test_outcomes_that_never_vary_are_warned_about_only_where_something_reads_them(tmp_path, tokenizer, caplog,
+                                                                                  settings, reader):
+    trainer = make_trainer(tmp_path, tokenizer, reward_funcs=always_one, max_steps=11, budget_allocator="uniform",
+                           **settings)
+    with caplog.at_level("WARNING", logger="trl_budget.trainer"):
+        trainer.train()
+    warnings = [r.getMessage() for r in caplog.records if "generation batches was judged solved" in r.getMessage()]
+    if reader is None:
+        assert warnings == []
+    else:
+        assert len(warnings) == 1 and reader in warnings[0] and "the allocator" not in warnings[0]
 
 
 def test_images_are_part_of_the_prompt_key(tmp_path, tokenizer):

@@ -163,7 +163,10 @@ def add_report_parser(commands) -> None:
         "state, and the logged budget/* figures) and report each prompt's pass rate and rollouts over time and the "
         "shares of solved (pass rate 1 at its latest visits), hopeless (0), learning (in between) and unseen (no "
         "estimate yet) prompts; in a run that kept SPO's tracker, by SPO's estimate p (solved p >= 0.9, hopeless "
-        "p <= 0.1, unseen: not visited yet) with each prompt's visits. The prompts counted are those the run's saved "
+        "p <= 0.1, unseen: not visited yet) with each prompt's visits; in a run whose tracker kept a reward history "
+        "(the history advantage baseline, the default rule's), by that history (learning: its rewards differ; "
+        "else solved, hopeless or stalled as its mean is the highest, the lowest or in between of the run's). The "
+        "prompts counted are those the run's saved "
         "states hold, with or without --prompts. Prints the table and writes OUTPUT_DIR/report/: shares.csv, "
         "prompts.csv, prompts_by_checkpoint.csv, report.json and report.png. Works on a finished or a running run.",
     )

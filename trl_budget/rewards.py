@@ -10,10 +10,11 @@ from transformers.utils import logging
 from trl.trainer.utils import get_callable_name, get_config_model_id
 
 from .advantages import weighted_rewards
+from .allocators.uniform import UniformAllocator
 
 logger = logging.get_logger(__name__)
 
-__all__ = ["RewardReader", "reward_func_name", "success_reward_index"]
+__all__ = ["RewardReader", "reward_func_name", "success_reader_effects", "success_reward_index"]
 
 EXTREME_BATCHES_BEFORE_WARNING = 10
 
@@ -51,6 +52,29 @@ def success_reward_index(choice: int | str | None, reward_funcs) -> int | None:
     )
 
 
+def success_reader_effects(args, allocator) -> list[str]:
+    """What reads the rollouts' outcomes in a run (success_threshold's verdicts, as pass rates or within a batch), each
+    as what it makes of outcomes that never vary. Empty where nothing does: uniform counts in one shot, a probe under
+    uniform (whose rates uniform ignores), SPO (its own success estimate), whatever the advantage baseline (none reads
+    outcomes)."""
+    effects = []
+    if hasattr(allocator, "round_rule"):
+        effects.append("Reinforce-Ada's rounds end a prompt by its successes and failures (reinforce_ada_choice), "
+                       "which then never mix")
+    elif not isinstance(allocator, UniformAllocator) and not args.dynamic_sampling:
+        effects.append(f"the allocator ({allocator!r}) sees every pass rate at 0 or 1 and hands out fixed counts as "
+                       "if nothing were known")
+    if args.rounds_generations:
+        effects.append("rounds until mixed (rounds_generations) find no prompt mixed and add rounds to every prompt "
+                       "up to its cap")
+    if args.dynamic_sampling and args.dynamic_sampling_metric == "success":
+        effects.append("dynamic sampling (dynamic_sampling_metric='success') finds no prompt whose outcomes differ "
+                       "and drops every group")
+    if args.resolved_prompt_sampling() == "value":
+        effects.append("prompt_sampling='value' weighs the prompts by the allocator's value at pass rates of 0 or 1")
+    return effects
+
+
 class RewardReader:
     """The trainer's reading of its rewards: weighted sums, outcomes, and the checks and warnings on them.
 
@@ -60,12 +84,15 @@ class RewardReader:
         success_index: the reward function that alone decides success (`success_reward_func`); None: the weighted sum.
         success_threshold: a rollout is a success when that reward reaches it.
         is_main_process: warnings are written by the main process only.
+        success_readers: what reads the outcomes in this run (`success_reader_effects`); none: no warning that they
+            never vary, since nothing then depends on them.
     """
 
     def __init__(self, weights: torch.Tensor, names: list[str], success_index: int | None, success_threshold: float,
-                 is_main_process: bool):
+                 is_main_process: bool, success_readers: list[str] = ()):
         self.weights, self.names, self.success_index = weights, names, success_index
         self.success_threshold, self.is_main_process = success_threshold, is_main_process
+        self.success_readers = list(success_readers)
         self._extreme_batches = 0  # consecutive batches whose rollouts were all solved, or all failed
         self._warned_overflow = False
 
@@ -155,8 +182,9 @@ class RewardReader:
             )
 
     def warn_if_success_never_varies(self, batch_failure_rate: float | None) -> None:
-        """Warn once when every rollout of many batches in a row was judged solved, or every one failed."""
-        if batch_failure_rate not in (0.0, 1.0):
+        """Warn once when every rollout of many batches in a row was judged solved, or every one failed, in a run
+        where something reads the outcomes."""
+        if batch_failure_rate not in (0.0, 1.0) or not self.success_readers:
             self._extreme_batches = 0
             return
         self._extreme_batches += 1
@@ -166,8 +194,8 @@ class RewardReader:
                      else f"the reward {self.names[self.success_index]!r}")
             logger.warning(
                 f"Every rollout of the last {EXTREME_BATCHES_BEFORE_WARNING} generation batches was judged {judged}: a "
-                f"rollout is a success when {judge} reaches success_threshold={self.success_threshold}. Every "
-                "pass rate is then 0 or 1, and the allocator hands out fixed counts as if nothing were known. If the "
-                "rewards do vary, set success_threshold to the reward that means 'solved' (and success_reward_func "
-                "to the correctness reward)."
+                f"rollout is a success when {judge} reaches success_threshold={self.success_threshold}. What reads "
+                f"the outcomes then learns nothing from them: {'; '.join(self.success_readers)}. If the rewards do "
+                "vary, set success_threshold to the reward that means 'solved' (and success_reward_func to the "
+                "correctness reward)."
             )

@@ -2,8 +2,9 @@
 folder, the shares of solved, hopeless, learning and unseen prompts over time, and the run's logged `budget/*` figures;
 as a text table, CSV and JSON files, a PNG, and (`BudgetReportCallback`) W&B tables at each save.
 
-A prompt's status comes from the estimate the run decides by: SPO's p = alpha / (alpha + beta) and its visits where
-the run kept SPO's tracker, the capability tracker's pass rate otherwise (DEFINITIONS). The prompts counted are those
+A prompt's status comes from what the run decides by: SPO's p = alpha / (alpha + beta) and its visits where the run
+kept SPO's tracker; the prompt's reward history (its spread, and its mean among the run's) where the tracker kept one
+for the history advantage baseline, the default rule's; the capability tracker's pass rate otherwise (DEFINITIONS). The prompts counted are those
 the run's saved states hold, whether prompt texts are given or not.
 
 Read from the files a run leaves: each `checkpoint-N/budget_tracker_state.json` restored into a `CapabilityTracker`
@@ -42,14 +43,19 @@ __all__ = ["BudgetReportCallback", "DEFINITIONS", "RunReport", "build_report", "
 logger = logging.getLogger(__name__)
 
 REPORT_FOLDER = "report"
-SOLVED, HOPELESS, LEARNING, UNSEEN = "solved", "hopeless", "learning", "unseen"
+SOLVED, HOPELESS, LEARNING, UNSEEN, STALLED = "solved", "hopeless", "learning", "unseen", "stalled"
 STATUSES = (SOLVED, LEARNING, HOPELESS, UNSEEN)
-STATUS_COLOURS = {SOLVED: "tab:green", LEARNING: "tab:blue", HOPELESS: "tab:red", UNSEEN: "tab:gray"}
+HISTORY_STATUSES = (SOLVED, LEARNING, STALLED, HOPELESS, UNSEEN)  # a run read by its reward history
+STATUS_COLOURS = {SOLVED: "tab:green", LEARNING: "tab:blue", STALLED: "tab:orange", HOPELESS: "tab:red",
+                  UNSEEN: "tab:gray"}
 # SPO's estimate p = alpha / (alpha + beta) at or beyond which a visited prompt reads solved / hopeless: SPO expects at
 # most one failure (success) in ten rollouts. From the uninformed prior Beta(0.5, 0.5), four outcomes running get
 # there and three do not, at any constant rho from the release's lowest, 0.875, to 1 (tests/test_run_report.py).
 SPO_SOLVED_AT, SPO_HOPELESS_AT = 0.9, 0.1
-TRACKER, SPO = "tracker", "spo"  # where a report's statuses come from
+# A reward history's spread is rounding, not rewards that differ, up to this share of its mean (three equal rewards of
+# 0.1 leave squared deviations of 6e-34); and a history's mean sits at the run's highest or lowest within this share.
+HISTORY_RELATIVE_TOLERANCE = 1e-9
+TRACKER, SPO, HISTORY = "tracker", "spo", "history"  # where a report's statuses come from
 DEFINITIONS = {
     SOLVED: "the tracker's pass rate is 1: every rollout of the prompt's latest visits (as its pass-rate rule pools "
             "them) succeeded",
@@ -62,9 +68,27 @@ DEFINITIONS = {
     f"spo_{LEARNING}": f"SPO's estimate is strictly between {SPO_HOPELESS_AT} and {SPO_SOLVED_AT}",
     f"spo_{UNSEEN}": "SPO's tracker has not visited the prompt (0 visits), whatever its prior: not drawn by that "
                      "checkpoint, or drawn only in its last batch, whose rows SPO settles when the next batch starts",
+    f"history_{LEARNING}": "the prompt's reward history has a spread: its rollouts' rewards differ (the deviation the "
+                           "history baseline divides by is above 0, beyond rounding: more than "
+                           f"{HISTORY_RELATIVE_TOLERANCE:g} of the history's mean), so the baseline gives it a gradient",
+    f"history_{SOLVED}": "no spread, and the history's mean is the highest mean any prompt's history holds at that "
+                         "checkpoint (within rounding) and above the lowest: its rewards agree at the top of the run's",
+    f"history_{HOPELESS}": "no spread, and the mean is the lowest any prompt's history holds, below the highest: its "
+                           "rewards agree at the bottom of the run's",
+    f"history_{STALLED}": "no spread, and the mean lies strictly between the lowest and the highest (or every history "
+                          "holds the same mean): its rewards agree, neither at the top nor at the bottom of the run's, "
+                          "and the history baseline gives it no gradient",
+    f"history_{UNSEEN}": "no reward in its history: not drawn by that checkpoint (or only while the tracker kept no "
+                         "history)",
     "statuses_from": "'spo' where the run kept SPO's tracker (a budget_spo_state.json in its checkpoints: SPO's "
                      "allocator, advantage baseline or prompt sampling), whose estimates decide the prompts drawn and "
-                     "their advantages: the spo_* statuses; 'tracker' otherwise: the capability tracker's pass rate",
+                     "their advantages: the spo_* statuses; 'history' where the newest checkpoint's tracker kept a "
+                     "reward history (advantage_baseline 'history', the default rule's), which decides the "
+                     "advantages: the history_* statuses; 'tracker' otherwise: the capability tracker's pass rate",
+    "history_mean": "the mean of the prompt's reward history (its weighted rewards, each earlier visit weighed "
+                    "1 - 1/reward_history_window times the next), as the tracker saved it",
+    "history_spread": "the history's deviation, sqrt(squared deviations / (weight - 1)), the one the history baseline "
+                      "divides by (0 for a history of at most one reward's weight)",
     "rollouts": "the prompt's scored rollouts since the run began, every one generated (trained or not); "
                 "unscorable ones are not counted",
     "shares": "over the prompts the run's saved states hold: any checkpoint's tracker (every prompt drawn by then) or "
@@ -74,8 +98,9 @@ DEFINITIONS = {
     "spo_estimate": "SPO's alpha / (alpha + beta) for prompts in SPO's saved state",
     "spo_visits": "the rows SPO's tracker has settled into the prompt's estimate (one a scored rollout)",
 }
-LOGGED_IN_TABLE = ("budget/effective_ratio", "budget/zero_std_groups")  # the shares table's logged columns
-LOGGED_IN_FIGURE = ("budget/effective_ratio", "budget/zero_std_groups", "budget/prompts_with_gradient",
+ZERO_STD_GROUPS = "budget/zero_std_groups"
+LOGGED_IN_TABLE = ("budget/effective_ratio", ZERO_STD_GROUPS)  # the shares table's logged columns
+LOGGED_IN_FIGURE = ("budget/effective_ratio", ZERO_STD_GROUPS, "budget/prompts_with_gradient",
                     "budget/unseen_prompts")
 _DIGEST = re.compile(r"[0-9a-f]{32}")  # prompt_key's blake2b digest (16 bytes) as hex
 MATPLOTLIB_MISSING = ("the report's figure needs matplotlib, which the 'demo' extra installs: "
@@ -99,26 +124,54 @@ class RunReport:
     rollouts: np.ndarray  # scored rollouts since the run began
     spo_estimates: np.ndarray | None = None  # NaN where SPO's state lacks the prompt; None: no SPO state at all
     spo_visits: np.ndarray | None = None
+    history: np.ndarray | None = None  # checkpoints x prompts x (weight, mean, m2); None: the tracker kept none
     texts: dict[str, str] = field(default_factory=dict)
     logs: list[dict[str, float]] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)  # checkpoint folders without a tracker state
 
     @property
     def statuses_from(self) -> str:
-        """`SPO` where the run kept SPO's tracker, `TRACKER` otherwise (DEFINITIONS["statuses_from"])."""
-        return TRACKER if self.spo_estimates is None else SPO
+        """`SPO` where the run kept SPO's tracker, `HISTORY` where its tracker kept a reward history, `TRACKER`
+        otherwise (DEFINITIONS["statuses_from"])."""
+        if self.spo_estimates is not None:
+            return SPO
+        return TRACKER if self.history is None else HISTORY
+
+    @property
+    def status_names(self) -> tuple[str, ...]:
+        """The statuses a prompt of this run can have, in the tables' order."""
+        return HISTORY_STATUSES if self.statuses_from == HISTORY else STATUSES
 
     @functools.cached_property
     def statuses(self) -> np.ndarray:
         """Each prompt's status at each checkpoint, from the estimate its run decides by (DEFINITIONS)."""
         if self.statuses_from == SPO:
             return _statuses(self.spo_estimates, self.spo_visits == 0, SPO_SOLVED_AT, SPO_HOPELESS_AT)
+        if self.statuses_from == HISTORY:
+            return _history_statuses(self.history_means, self.history_spreads)
         return _statuses(self.pass_rates, np.isnan(self.pass_rates), 1.0, 0.0)
 
     @property
+    def history_means(self) -> np.ndarray:
+        """Each prompt's reward history's mean (NaN: no reward in it)."""
+        weight, mean = self.history[..., 0], self.history[..., 1]
+        return np.where(weight > 0, mean, np.nan)
+
+    @property
+    def history_spreads(self) -> np.ndarray:
+        """Each history's deviation as the history baseline takes it, 0 for at most one reward's weight (NaN: no
+        reward in it)."""
+        weight, m2 = self.history[..., 0], self.history[..., 2]
+        spread = np.sqrt(np.divide(m2, weight - 1, out=np.zeros_like(m2), where=weight > 1))
+        return np.where(weight > 0, spread, np.nan)
+
+    @property
     def estimates(self) -> np.ndarray:
-        """The estimates the statuses come from: SPO's p, or the tracker's pass rate (NaN: none)."""
-        return self.pass_rates if self.spo_estimates is None else self.spo_estimates
+        """The estimates the statuses come from: SPO's p, the reward history's mean, or the tracker's pass rate (NaN:
+        none)."""
+        if self.statuses_from == SPO:
+            return self.spo_estimates
+        return self.history_means if self.statuses_from == HISTORY else self.pass_rates
 
     @property
     def unmatched_texts(self) -> list[str]:
@@ -138,6 +191,22 @@ def _statuses(estimates: np.ndarray, unseen: np.ndarray, solved_at: float, hopel
     statuses = np.full(estimates.shape, LEARNING, dtype=object)
     statuses[estimates >= solved_at], statuses[estimates <= hopeless_at] = SOLVED, HOPELESS
     statuses[unseen] = UNSEEN
+    return statuses
+
+
+def _history_statuses(means: np.ndarray, spreads: np.ndarray) -> np.ndarray:
+    """Statuses from reward histories (checkpoints x prompts): learning where the rewards differ, else solved, hopeless
+    or stalled by the mean's place between the lowest and highest mean of the checkpoint's histories."""
+    seen = ~np.isnan(means)
+    top = np.where(seen, means, -np.inf).max(axis=1, keepdims=True)
+    bottom = np.where(seen, means, np.inf).min(axis=1, keepdims=True)
+    with np.errstate(invalid="ignore"):  # a checkpoint without histories: infinite bounds, every prompt unseen
+        at_top = np.isclose(means, top, rtol=HISTORY_RELATIVE_TOLERANCE, atol=0)
+        at_bottom = np.isclose(means, bottom, rtol=HISTORY_RELATIVE_TOLERANCE, atol=0)
+        differ = spreads > HISTORY_RELATIVE_TOLERANCE * np.abs(means)
+    statuses = np.full(means.shape, STALLED, dtype=object)
+    statuses[at_top & ~at_bottom], statuses[at_bottom & ~at_top] = SOLVED, HOPELESS
+    statuses[differ], statuses[~seen] = LEARNING, UNSEEN
     return statuses
 
 
@@ -171,7 +240,8 @@ def build_report(output_dir: str | os.PathLike, texts: dict[str, str] | None = N
     keys = list(dict.fromkeys([key for tracked, _, _ in trackers for key in tracked]
                               + [key for state in spo if state is not None for key in state.alpha]))
     return RunReport(output_dir, [step for step, _ in with_state], keys, *_tracker_columns(trackers, keys),
-                     *_spo_columns(spo, keys), texts=texts, logs=_budget_logs(output_dir),
+                     *_spo_columns(spo, keys), history=_history_columns(trackers, keys), texts=texts,
+                     logs=_budget_logs(output_dir),
                      skipped=[folder for step, folder in folders if (step, folder) not in with_state])
 
 
@@ -236,6 +306,15 @@ def _tracker_columns(trackers, keys: list[str]) -> tuple[np.ndarray, ...]:
         wins[row], trials[row] = tracker.evidence(keys)
         rollouts[row, [column[key] for key in tracked]] = scored
     return rates, wins, trials, rollouts
+
+
+def _history_columns(trackers, keys: list[str]) -> np.ndarray | None:
+    """The reward history (weight, mean, squared deviations) of `keys` at each checkpoint, zeros where a tracker
+    holds none; None where the newest checkpoint's tracker kept no history (its run did not use the history
+    baseline)."""
+    if trackers[-1][1].reward_history_window is None:
+        return None
+    return np.stack([np.stack(tracker.reward_moments(keys), axis=1) for _, tracker, _ in trackers])
 
 
 def _spo_columns(states: list[SPOTracker | None], keys: list[str]) -> tuple[np.ndarray | None, np.ndarray | None]:
@@ -331,19 +410,28 @@ def _shown(prompt: Any) -> str:
 def shares_table(report: RunReport) -> tuple[list[str], list[list]]:
     """One row per checkpoint: the prompts of each status (count and share), the rollouts scored by then and since the
     previous checkpoint, and the mean of each logged figure of `LOGGED_IN_TABLE` since the previous checkpoint."""
-    logged = [name for name in LOGGED_IN_TABLE if any(name in entry for entry in report.logs)]
-    columns = ["step", "prompts", *[f"{status}{suffix}" for status in STATUSES for suffix in ("", "_share")],
-               "rollouts", "new_rollouts", *logged]
+    logs = meaningful_logs(report.logs)
+    logged = [name for name in LOGGED_IN_TABLE if any(name in entry for entry in logs)]
+    columns = ["step", "prompts", *[f"{status}{suffix}" for status in report.status_names
+                                    for suffix in ("", "_share")], "rollouts", "new_rollouts", *logged]
     statuses, total = report.statuses, len(report.keys)
     rows, previous_step, previous_rollouts = [], -1, 0
     for index, step in enumerate(report.steps):
-        counts = [int(np.sum(statuses[index] == status)) for status in STATUSES]
+        counts = [int(np.sum(statuses[index] == status)) for status in report.status_names]
         rollouts = int(report.rollouts[index].sum())
-        means = [_mean_logged(report.logs, name, previous_step, step) for name in logged]
+        means = [_mean_logged(logs, name, previous_step, step) for name in logged]
         rows.append([step, total, *[value for count in counts for value in (count, count / total if total else 0.0)],
                      rollouts, rollouts - previous_rollouts, *means])
         previous_step, previous_rollouts = step, rollouts
     return columns, rows
+
+
+def meaningful_logs(logs: list[dict]) -> list[dict]:
+    """The logged entries less the figures they cannot mean: `budget/zero_std_groups` where every trained group was
+    one rollout (`budget/rollouts_max` 1, as under SPO), which agrees with itself and so reads 1, "no gradient",
+    beside rollouts that all have one (`budget/effective_ratio`)."""
+    return [{name: value for name, value in entry.items()
+             if not (name == ZERO_STD_GROUPS and entry.get("budget/rollouts_max") == 1)} for entry in logs]
 
 
 def _mean_logged(logs: list[dict], name: str, after: int, until: int) -> float | None:
@@ -371,9 +459,11 @@ def checkpoint_rows(report: RunReport) -> tuple[list[str], list[list]]:
 
 def figure_columns(report: RunReport) -> list[str]:
     """A prompt's figures at a checkpoint: its status, pass rate and the successes and rollouts that rate pools, its
-    scored rollouts since the start, and SPO's estimate and visits where the run used SPO."""
+    scored rollouts since the start, SPO's estimate and visits where the run used SPO, and its reward history's mean
+    and spread where the tracker kept one."""
     spo = ["spo_estimate", "spo_visits"] if report.spo_estimates is not None else []
-    return ["status", "pass_rate", "wins", "trials", "rollouts", *spo]
+    history = ["history_mean", "history_spread"] if report.history is not None else []
+    return ["status", "pass_rate", "wins", "trials", "rollouts", *spo, *history]
 
 
 def _figures(report: RunReport, index: int, column: int) -> list:
@@ -382,6 +472,8 @@ def _figures(report: RunReport, index: int, column: int) -> list:
                int(report.wins[index, column]), int(report.trials[index, column]), int(report.rollouts[index, column])]
     if report.spo_estimates is not None:
         figures += [_number(report.spo_estimates[index, column]), int(report.spo_visits[index, column])]
+    if report.history is not None:
+        figures += [_number(report.history_means[index, column]), _number(report.history_spreads[index, column])]
     return figures
 
 
@@ -411,11 +503,10 @@ def format_report(report: RunReport, top: int | None = 20) -> str:
              "Prompts by status over checkpoints:"]
     lines += _aligned(_share_header(share_columns), [_share_cells(share_columns, row) for row in share_rows])
     lines += ["", f"Prompts by rollouts at step {report.steps[-1]} ({len(shown_rows)} of {len(prompt_rows)}):"]
-    # The estimate the status comes from stands before it: SPO's p and visits, or the tracker's pass rate.
-    header = (["prompt", "rollouts", "share", "spo p", "spo visits", "status", "status history", "pass rate"]
-              if report.statuses_from == SPO else ["prompt", "rollouts", "share", "pass rate", "status",
-                                                   "status history"])
-    lines += _aligned(header, [_prompt_cells(dict(zip(prompt_columns, row))) for row in shown_rows])
+    # The estimate the status comes from stands before it (SPO's p and visits, the reward history's mean and spread,
+    # or the tracker's pass rate), the pass rate last where it decides nothing.
+    lines += _aligned(PROMPT_HEADERS[report.statuses_from],
+                      [_prompt_cells(dict(zip(prompt_columns, row)), report.statuses_from) for row in shown_rows])
     if report.keys_are_digests:
         lines += ["", "Prompts are shown by their tracker key, a digest of the prompt's content (trl_budget's "
                   "prompt_key): the run's folder holds no prompt texts. Pass --prompts FILE (a JSON list or JSONL of "
@@ -435,6 +526,14 @@ STATUS_LINES = {
     SPO: f"A prompt's status at a checkpoint, from SPO's estimate p = alpha / (alpha + beta) as the checkpoint saved "
          f"it (before its last batch): solved p >= {SPO_SOLVED_AT}, hopeless p <= {SPO_HOPELESS_AT}, learning in "
          "between, unseen = not visited by SPO yet.",
+    HISTORY: "A prompt's status at a checkpoint, from the prompt's reward history (the history advantage baseline's): "
+             "learning = its rewards differ (a spread), else by its mean among the means of the checkpoint's "
+             "histories: solved = the highest, hopeless = the lowest, stalled = in between; unseen = no reward yet.",
+}
+PROMPT_HEADERS = {
+    TRACKER: ["prompt", "rollouts", "share", "pass rate", "status", "status history"],
+    SPO: ["prompt", "rollouts", "share", "spo p", "spo visits", "status", "status history", "pass rate"],
+    HISTORY: ["prompt", "rollouts", "share", "history mean", "spread", "status", "status history", "pass rate"],
 }
 
 
@@ -446,7 +545,7 @@ def _share_cells(columns: list[str], row: list) -> list[str]:
     values = dict(zip(columns, row))
     cells = []
     for name in columns:
-        if name in STATUSES:
+        if name in HISTORY_STATUSES:
             cells.append(f"{values[name]} ({values[name + '_share']:.0%})")
         elif name.startswith("budget/"):
             cells.append("-" if values[name] is None else f"{values[name]:.3f}")
@@ -455,14 +554,17 @@ def _share_cells(columns: list[str], row: list) -> list[str]:
     return cells
 
 
-def _prompt_cells(row: dict) -> list[str]:
+def _prompt_cells(row: dict, statuses_from: str) -> list[str]:
     rate = "-" if row["pass_rate"] is None else f"{row['pass_rate']:.2f} ({row['wins']}/{row['trials']})"
     shown = [_clipped(row["prompt"] or row["key"]), str(row["rollouts"]), f"{row['rollout_share']:.1%}"]
     status = [row["status"], row["status_history"]]
-    if "spo_estimate" not in row:
-        return [*shown, rate, *status]
-    spo = ["-" if row["spo_estimate"] is None else f"{row['spo_estimate']:.2f}", str(row["spo_visits"])]
-    return [*shown, *spo, *status, rate]
+    if statuses_from == SPO:
+        spo = ["-" if row["spo_estimate"] is None else f"{row['spo_estimate']:.2f}", str(row["spo_visits"])]
+        return [*shown, *spo, *status, rate]
+    if statuses_from == HISTORY:
+        history = ["-" if row[name] is None else f"{row[name]:.3g}" for name in ("history_mean", "history_spread")]
+        return [*shown, *history, *status, rate]
+    return [*shown, rate, *status]
 
 
 def _clipped(text: str, width: int = 40) -> str:
@@ -515,6 +617,9 @@ def report_json(report: RunReport) -> dict[str, Any]:
         if report.spo_estimates is not None:
             entry.update(spo_estimate=[_number(estimate) for estimate in report.spo_estimates[:, column]],
                          spo_visits=report.spo_visits[:, column].tolist())
+        if report.history is not None:
+            entry.update(history_mean=[_number(mean) for mean in report.history_means[:, column]],
+                         history_spread=[_number(spread) for spread in report.history_spreads[:, column]])
         prompts.append(entry)
     share_columns, share_rows = shares_table(report)
     return {"output_dir": report.output_dir, "definitions": DEFINITIONS, "statuses_from": report.statuses_from,
@@ -535,7 +640,15 @@ def _matplotlib():
     return Figure, MaxNLocator, matplotlib.colormaps["viridis"].with_extremes(bad="lightgrey")
 
 
-ESTIMATE_NAMES = {TRACKER: "pass rate", SPO: "SPO's estimate p"}
+ESTIMATE_NAMES = {TRACKER: "pass rate", SPO: "SPO's estimate p", HISTORY: "reward history's mean"}
+
+
+def _colour_range(report: RunReport) -> tuple[float, float]:
+    """The heat map's range: [0, 1] for rates and SPO's p; the reward histories' own range, on their scale."""
+    if report.statuses_from != HISTORY or np.isnan(report.history_means).all():
+        return 0.0, 1.0
+    low, high = float(np.nanmin(report.history_means)), float(np.nanmax(report.history_means))
+    return (low - 0.5, high + 0.5) if low == high else (low, high)
 
 
 def plot_report(report: RunReport, path: str | os.PathLike, top: int = 30) -> Path:
@@ -546,11 +659,11 @@ def plot_report(report: RunReport, path: str | os.PathLike, top: int = 30) -> Pa
     figure = Figure(figsize=(14, 9), layout="constrained")
     (shares_axis, rollouts_axis), (rates_axis, logs_axis) = figure.subplots(2, 2)
     columns, rows = shares_table(report)
-    for status in STATUSES:
+    for status in report.status_names:
         shares_axis.plot(report.steps, [row[columns.index(f"{status}_share")] for row in rows], marker="o",
                          color=STATUS_COLOURS[status], label=status)
     shares_axis.set(xlabel="step (checkpoint)", ylabel="share of prompts", ylim=(-0.02, 1.02),
-                    title="Prompts solved, learning, hopeless, unseen")
+                    title=f"Prompts {', '.join(report.status_names)}")
     order = np.argsort(-report.rollouts[-1], kind="stable")
     for column in order[:10]:
         rollouts_axis.plot(report.steps, report.rollouts[:, column], marker="o",
@@ -558,7 +671,8 @@ def plot_report(report: RunReport, path: str | os.PathLike, top: int = 30) -> Pa
     rollouts_axis.set(xlabel="step (checkpoint)", ylabel="rollouts scored since the start",
                       title="Where the rollouts went: the 10 prompts that got the most")
     shown = order[:top]
-    image = rates_axis.imshow(np.ma.masked_invalid(report.estimates[:, shown].T), aspect="auto", vmin=0, vmax=1,
+    low, high = _colour_range(report)
+    image = rates_axis.imshow(np.ma.masked_invalid(report.estimates[:, shown].T), aspect="auto", vmin=low, vmax=high,
                               cmap=colormap, interpolation="nearest")
     rates_axis.set_yticks(range(len(shown)), [_clipped(report.name(report.keys[c]), 24) for c in shown],
                           fontsize="x-small")
@@ -569,7 +683,7 @@ def plot_report(report: RunReport, path: str | os.PathLike, top: int = 30) -> Pa
                    "most rollouts (grey: none)")
     figure.colorbar(image, ax=rates_axis, label=estimate)
     for name in LOGGED_IN_FIGURE:
-        points = [(entry["step"], entry[name]) for entry in report.logs if name in entry]
+        points = [(entry["step"], entry[name]) for entry in meaningful_logs(report.logs) if name in entry]
         if points:
             logs_axis.plot(*zip(*points), marker=".", label=name)
     logs_axis.set(xlabel="step", ylabel="share", title="Logged budget/* figures (trainer_state.json)")

@@ -42,7 +42,7 @@ from .prior import BUDGET_COLUMN_SETTINGS, history_pass_rates
 from .probe import fresh_pass_rates
 from .prompt_sampling import SAMPLER_STATE_NAME, PromptSampler
 from .prompts import check_repeated_layout, has_images, keys_of
-from .rewards import RewardReader, reward_func_name, success_reward_index
+from .rewards import RewardReader, reward_func_name, success_reader_effects, success_reward_index
 from .rollout_plan import RolloutPlan, balanced_slot_order, checked_allocation, decided_on_main_process
 from .round_rules import OneShot, ProbeThenAllocate, UntilMixed, top_up
 from .rounds import GeneratedRounds
@@ -100,7 +100,8 @@ class BudgetGRPOTrainer(GRPOTrainer):
         self._layout_seed = int(seed[0])
         self.advantage_baseline = args.resolved_advantage_baseline(allocator)
         self.rewards = RewardReader(self.reward_weights, self.reward_func_names, success_index,
-                                    self.tracker.success_threshold, self.accelerator.is_main_process)
+                                    self.tracker.success_threshold, self.accelerator.is_main_process,
+                                    success_reader_effects(args, self.allocator))
         self.budget_metrics = BudgetMetrics(self._metrics["train"], self.accelerator.is_main_process)
         self.prompt_stream = PromptStream.for_trainer(self) if args.dynamic_sampling else None
         self.prompt_sampler = PromptSampler.for_trainer(self)
