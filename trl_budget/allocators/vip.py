@@ -95,9 +95,10 @@ def solve_by_water_filling(objective: VarianceObjective, budget: int, lower: flo
         -float(objective.derivative(np.full_like(objective.rates, lower)).min())
     for _ in range(steps):
         middle = 0.5 * (low + high)
-        if middle in (low, high):
+        total = _counts_at(objective, middle, lower, upper).sum()
+        if middle in (low, high) or abs(total - budget) < 1e-11 * budget:
             break
-        if _counts_at(objective, middle, lower, upper).sum() > budget:
+        if total > budget:
             low = middle
         else:
             high = middle
@@ -112,12 +113,20 @@ def _counts_at(objective: VarianceObjective, multiplier: float, lower: float, up
         with np.errstate(divide="ignore", invalid="ignore"):
             root = np.where(slope > 0, 1.0 + np.sqrt(objective.variance / slope), np.inf)
         return np.clip(root, lower, upper)
-    low, high = np.full(objective.rates.size, float(lower)), np.full(objective.rates.size, float(upper))
-    for _ in range(60):  # f' is increasing on [lower, upper]: a bisection per prompt, all prompts at once
-        middle = 0.5 * (low + high)
-        below = objective.derivative(middle) + multiplier < 0
-        low, high = np.where(below, middle, low), np.where(below, high, middle)
-    return 0.5 * (low + high)
+    # grpo: f'(n) + mu = 0 is the cubic h(n) = c n^3 - a n + 2a = 0 with c = b + mu. h is convex for n > 0 and
+    # increasing right of its largest root (which lies above 3, where the term is convex): Newton's method from
+    # `upper` falls onto that root monotonically.
+    a, slope = objective.variance, objective.price + multiplier
+    root = np.full(a.size, float(upper))
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        for _ in range(60):
+            step = (slope * root**3 - a * root + 2.0 * a) / (3.0 * slope * root**2 - a)
+            root = root - step
+            if not np.nanmax(np.abs(step), initial=0.0) > 1e-12:  # converged (NaN only where the bounds decide)
+                break
+    at_lower = objective.derivative(np.full(a.size, float(lower))) + multiplier >= 0
+    at_upper = objective.derivative(np.full(a.size, float(upper))) + multiplier <= 0
+    return np.where(at_lower, lower, np.where(at_upper, upper, np.clip(np.nan_to_num(root, nan=upper), lower, upper)))
 
 
 def _meet_budget(counts: np.ndarray, budget: int, lower: float, upper: float) -> np.ndarray:
