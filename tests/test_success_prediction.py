@@ -78,3 +78,18 @@ def test_more_observations_than_the_bound_keep_the_most_recent():
 def test_bad_input_is_refused_with_what_was_wrong(make, message):
     with pytest.raises(ValueError, match=message):
         make(np.eye(4))
+
+
+def test_the_docs_state_the_stored_scale_measurement():
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("vip_prediction_scale",
+                                                  root / "benchmarks/overhead/vip_prediction_scale.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    record = json.loads((root / "benchmarks/overhead/results/vip_prediction_scale.json").read_text())
+    assert record["prompts"] == 17_000
+    assert module.markdown_table(record) in (root / "docs/vip.md").read_text()

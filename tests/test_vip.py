@@ -151,3 +151,11 @@ def test_groups_of_four_are_seeded_and_the_same_on_every_call():
 def test_bad_input_is_refused_with_the_setting_and_the_fix(make, message):
     with pytest.raises(ValueError, match=message):
         make()
+
+
+def test_the_docs_state_the_stored_speed_measurement():
+    from vip_speed import markdown_table
+
+    record = json.loads((ROOT / "benchmarks/allocation_time/results/vip_speed.json").read_text())
+    assert {row["prompts"] for row in record["rows"]} == {512, 4096}
+    assert markdown_table(record) in (ROOT / "docs/vip.md").read_text()

@@ -106,3 +106,16 @@ def main(argv=None):
 
 if __name__ == "__main__":
     main()
+
+
+def markdown_table(record) -> str:
+    """The table docs/vip.md states (tests/test_vip.py checks it against the stored result)."""
+    lines = ["| prompts | rule | release path (SLSQP + its rounding) | exact path | ratio | objective: release / exact "
+             "(real, rounded) |", "|---:|---|---:|---:|---:|---|"]
+    for row in record["rows"]:
+        note = " (extrapolated)" if row["slsqp_extrapolated"] else ""
+        lines.append(f"| {row['prompts']:,} | {row['rule']} | {row['release_path_s']:.1f} s{note} | "
+                     f"{row['exact_path_s'] * 1e3:.1f} ms | {row['release_over_exact']:,.0f}× | "
+                     f"{row['slsqp_real_objective']:.4f} / {row['exact_real_objective']:.4f}, "
+                     f"{row['slsqp_rounded_objective']:.4f} / {row['exact_rounded_objective']:.4f} |")
+    return "\n".join(lines)

@@ -75,3 +75,15 @@ def main(argv=None):
 
 if __name__ == "__main__":
     main()
+
+
+def markdown_table(record) -> str:
+    """The table docs/vip.md states (tests/test_success_prediction.py checks it against the stored result)."""
+    lines = [f"{record['prompts']:,} prompts, {record['dimensions']} dimensions: the release's dense route holds "
+             f"{record['release_dense_mb']['distances_float32']:,.0f} MB of distances and "
+             f"{record['release_dense_mb']['kernel_float64']:,.0f} MB of kernel.", "",
+             "| max_observed | fit | predict 512 | peak memory |", "|---:|---:|---:|---:|"]
+    for row in record["rows"]:
+        lines.append(f"| {row['max_observed']:,} | {row['fit_s']:.1f} s | {row['predict_s'] * 1e3:.0f} ms | "
+                     f"{row['peak_mb']:.0f} MB |")
+    return "\n".join(lines)
