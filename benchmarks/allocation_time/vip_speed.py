@@ -23,6 +23,7 @@ import numpy as np
 
 RESULTS = Path(__file__).resolve().parent / "results"
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from a checkout without installing
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))  # benchmarks/common
 
 from trl_budget.allocators.vip import (  # noqa: E402
     VarianceObjective,
@@ -31,7 +32,7 @@ from trl_budget.allocators.vip import (  # noqa: E402
     solve_by_slsqp,
     solve_by_water_filling,
 )
-from trl_budget.demo.machine import cpu_record  # noqa: E402
+from benchmark_record import write_record  # noqa: E402
 
 RELEASE_ITERATIONS = 100  # scipy's SLSQP default maxiter; the release passes no options
 
@@ -96,16 +97,8 @@ def main(argv=None):
     sizes = [(64, None), (256, None)] if args.quick else [(512, None), (4096, args.slsqp_iterations)]
     rows = [run_case(prompts, rule, 0, iterations) for prompts, iterations in sizes
             for rule in (("rloo", "grpo") if iterations is None else ("rloo",))]
-    record = {"command": " ".join(["python", "benchmarks/allocation_time/vip_speed.py", *(argv or sys.argv[1:])]),
-              "machine": cpu_record(), "numpy": np.__version__, "scipy": __import__("scipy").__version__,
-              "rows": rows}
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(record, indent=2) + "\n")
-    return record
-
-
-if __name__ == "__main__":
-    main()
+    return write_record(args.output, "benchmarks/allocation_time/vip_speed.py", argv,
+                        scipy=__import__("scipy").__version__, rows=rows)
 
 
 def markdown_table(record) -> str:
@@ -119,3 +112,7 @@ def markdown_table(record) -> str:
                      f"{row['slsqp_real_objective']:.4f} / {row['exact_real_objective']:.4f}, "
                      f"{row['slsqp_rounded_objective']:.4f} / {row['exact_rounded_objective']:.4f} |")
     return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()

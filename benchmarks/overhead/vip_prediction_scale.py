@@ -22,8 +22,9 @@ import numpy as np
 
 RESULTS = Path(__file__).resolve().parent / "results"
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from a checkout without installing
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))  # benchmarks/common
 
-from trl_budget.demo.machine import cpu_record  # noqa: E402
+from benchmark_record import write_record  # noqa: E402
 from trl_budget.success_prediction import SuccessRatePredictor  # noqa: E402
 
 
@@ -63,18 +64,10 @@ def main(argv=None):
     rows = [measure(embeddings, rates, m, batch) for m in (1024, 2048, 4096)]
     for row in rows:
         print(json.dumps(row), flush=True)
-    record = {"command": " ".join(["python", "benchmarks/overhead/vip_prediction_scale.py", *(argv or sys.argv[1:])]),
-              "machine": cpu_record(), "numpy": np.__version__, "prompts": prompts, "dimensions": dimensions,
-              "embeddings_mb": embeddings.nbytes / 2**20,
-              "release_dense_mb": {"distances_float32": prompts**2 * 4 / 2**20, "kernel_float64": prompts**2 * 8 / 2**20},
-              "rows": rows}
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(record, indent=2) + "\n")
-    return record
-
-
-if __name__ == "__main__":
-    main()
+    dense_mb = {"distances_float32": prompts**2 * 4 / 2**20, "kernel_float64": prompts**2 * 8 / 2**20}
+    return write_record(args.output, "benchmarks/overhead/vip_prediction_scale.py", argv, prompts=prompts,
+                        dimensions=dimensions, embeddings_mb=embeddings.nbytes / 2**20, release_dense_mb=dense_mb,
+                        rows=rows)
 
 
 def markdown_table(record) -> str:
@@ -87,3 +80,7 @@ def markdown_table(record) -> str:
         lines.append(f"| {row['max_observed']:,} | {row['fit_s']:.1f} s | {row['predict_s'] * 1e3:.0f} ms | "
                      f"{row['peak_mb']:.0f} MB |")
     return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
