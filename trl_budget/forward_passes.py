@@ -76,8 +76,9 @@ class PolicyPasses:
         return ids, mask
 
     def prompt_embeddings(self, prompts: list[Any]) -> np.ndarray:
-        """Each prompt's embedding under the policy: its last hidden layer mean-pooled over the prompt's tokens, as
-        TRL tokenizes the prompt for generation; `(prompts, hidden size)` float64, the same on every process."""
+        """Each prompt's embedding under the policy: its last hidden layer mean-pooled over the prompt's tokens (as
+        TRL tokenizes the prompt for generation) and L2-normalised; `(prompts, hidden size)` float64, the same on
+        every process."""
         trainer = self.trainer
         token_lists = [list(map(int, ids)) for ids in trainer._tokenize_prompts(list(prompts))[0]]
         mine, rows = self._my_rows(len(token_lists))
@@ -89,7 +90,8 @@ class PolicyPasses:
                 ids, mask = self._left_padded([token_lists[i] for i in chunk])
                 hidden = trainer.model(input_ids=ids, attention_mask=mask, output_hidden_states=True).hidden_states[-1]
                 weights = mask.unsqueeze(-1).to(hidden.dtype)
-                pooled = ((hidden * weights).sum(1) / weights.sum(1)).double().cpu().numpy()
+                pooled = torch.nn.functional.normalize((hidden * weights).sum(1) / weights.sum(1), dim=-1)
+                pooled = pooled.double().cpu().numpy()  # unit vectors, as VIP's release makes its embeddings
                 found.extend((i, pooled[j].tolist()) for j, i in enumerate(chunk) if start + j < len(mine))
         trainer.model.train(was_training)
         by_row = dict(gather_object(found))

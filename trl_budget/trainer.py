@@ -49,6 +49,7 @@ from .setup_checks import (check_before_building, check_prompt_id_column, check_
                            refuse_images_in_rounds, refuse_images_under_kl_adaptive_rho)
 from .spo_stage import SPO_STATE_NAME, SPOStage
 from .tracker import CapabilityTracker
+from .vip_stage import VIP_EMBEDDINGS_NAME, VIPStage, uses_vip
 
 logger = logging.get_logger(__name__)
 
@@ -89,6 +90,7 @@ class BudgetGRPOTrainer(GRPOTrainer):
         train_dataset = kwargs.get("train_dataset", positional[0] if positional else None)
         check_before_building(args, self.allocator, self.tracker, train_dataset, kwargs)
         self.spo = SPOStage.for_run(args, train_dataset, reward_funcs) if args.uses_spo_tracker(allocator) else None
+        self.vip = VIPStage.for_run(args) if uses_vip(args, allocator) else None
         success_index = success_reward_index(args.success_reward_func, reward_funcs)
         self.last_rollout_plan: RolloutPlan | None = None
         self._last_token_cap: TokenCappedAllocator | None = None
@@ -132,9 +134,10 @@ class BudgetGRPOTrainer(GRPOTrainer):
             self.spo.settle(self.policy_passes.log_probs, self._metrics["train"])
         prompts, keys = self._batch_prompts(inputs)
         history_rates, from_prior, groups = history_pass_rates(self.tracker, prompts, keys, self.args)
+        # VIP allocates from its predictions, unseen prompts included (the plan keeps the tracker's rates beside them)
+        rates = history_rates if self.vip is None else self._vip_predictions(keys)
         failure_rate = self.tracker.failure_rate
-        rule = self._round_rule(prompts, keys, history_rates, len(inputs) * self.accelerator.num_processes,
-                                failure_rate)
+        rule = self._round_rule(prompts, keys, rates, len(inputs) * self.accelerator.num_processes, failure_rate)
         if any(has_images(row) for row in prompts):  # a streamed dataset's images
             if not rule.single_round:
                 refuse_images_in_rounds(self.allocator, self.args)
@@ -172,12 +175,15 @@ class BudgetGRPOTrainer(GRPOTrainer):
             None if groups is None else np.repeat(groups, rounds.counts), lengths.cpu().numpy(),
             generated_weighted.cpu().numpy() if getattr(self.tracker, "reward_history_window", None) is not None
             else None)
+        if self.vip is not None:
+            self.vip.visited(keys, rounds.counts)
         self.rewards.warn_if_success_never_varies(batch_failure_rate)
         self.rewards.warn_if_spread_overflows(plan.counts, plan.rewards, advantages)
         self._metrics["train"]["budget/completion_tokens"].append(float(output["num_items_in_batch"]))
         self.budget_metrics.record_batch(plan, rewards, advantages, from_prior,
                                          self._last_token_cap if self.args.budget_token_cap is not None else None,
-                                         self.allocator, self.tracker.pass_rates(plan.keys))
+                                         self.allocator, plan.pass_rates if self.vip is not None
+                                         else self.tracker.pass_rates(plan.keys))
         self.budget_metrics.record_rounds(rule, rounds, trained.counts, self.prompt_stream)
         self.budget_metrics.log_prompt_rollouts(self._logs["extra"], rounds.counts, rounds.logged_slot_order())
         self.budget_metrics.record_allocation_time(self._allocation_seconds, time.perf_counter() - started,
@@ -368,6 +374,12 @@ class BudgetGRPOTrainer(GRPOTrainer):
 
         return self._on_main_process("Rollout allocation", decide)
 
+    def _vip_predictions(self, keys: list[str]) -> np.ndarray:
+        """VIP's predicted success rates of the batch's prompts, decided on the main process (the embeddings made
+        first, once, by every process's forward passes)."""
+        self.vip.prepare(self)
+        return self._on_main_process("VIP's prediction", lambda: self.vip.predicted_rates(keys, self.tracker))
+
     def _on_main_process(self, what: str, decide):
         """`decide()` on the main process, its result on every process, timed as allocation time."""
         result, seconds = decided_on_main_process(self.accelerator.is_main_process, what, decide)
@@ -416,4 +428,4 @@ class BudgetGRPOTrainer(GRPOTrainer):
     def _stage_states(self) -> dict[str, Any]:
         """The stages whose state a checkpoint keeps, by file name (None: not in this run)."""
         return {STREAM_STATE_NAME: self.prompt_stream, SAMPLER_STATE_NAME: self.prompt_sampler,
-                SPO_STATE_NAME: self.spo}
+                SPO_STATE_NAME: self.spo, VIP_EMBEDDINGS_NAME: self.vip}

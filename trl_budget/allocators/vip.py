@@ -29,6 +29,7 @@ import numpy as np
 
 from ..checks import check_whole_number
 from .base import _BoundedAllocator
+from .registry import register_allocator
 from .solver import take_largest_gains
 
 RATE_CLIP = 1e-6
@@ -232,6 +233,7 @@ def groups_of_four(prompts: int, budget: int, seed: int) -> np.ndarray:
     return MIN_KEEP * np.bincount(generator.integers(0, prompts, budget // MIN_KEEP), minlength=prompts)
 
 
+@register_allocator("vip")
 class VIPAllocator(_BoundedAllocator):
     """VIP's allocation as released (see the module): counts that minimise the gradient-variance surrogate.
 
@@ -255,6 +257,11 @@ class VIPAllocator(_BoundedAllocator):
         if solver not in SOLVERS:
             raise ValueError(f"solver must be one of {', '.join(SOLVERS)}, got {solver!r}.")
         check_whole_number("seed", seed, 0)
+        lowest = VarianceObjective([0.5], rule).lowest_convex_count()
+        if solver == "exact" and min_generations <= lowest:
+            raise ValueError(f"min_generations={min_generations} is too low for the exact solver, which needs "
+                             f"min_generations above {lowest:g} for rule={rule!r} (where its objective is convex). "
+                             "Raise min_generations, or use solver='slsqp'.")
         self.rule, self.solver, self.seed = rule, solver, int(seed)
         self.last_solve: dict | None = None
 
@@ -279,6 +286,10 @@ class VIPAllocator(_BoundedAllocator):
         self.last_solve = {"solver": "slsqp", "real_counts": real_counts, "converged": bool(result.success),
                            "message": str(result.message), "iterations": int(result.nit)}
         return real_counts
+
+    def __repr__(self) -> str:  # the options, not the latest solve
+        return (f"VIPAllocator(min_generations={self.min_generations}, max_generations={self.max_generations}, "
+                f"rule={self.rule!r}, solver={self.solver!r}, seed={self.seed})")
 
     def value(self, counts, pass_rates, failure_rate: float | None = None) -> float:
         """Minus the objective at `counts` (higher is better, as every allocator's value); -inf where a count is
