@@ -64,6 +64,7 @@ class RecordingTrainer(BudgetGRPOTrainer):
             "my_rows": rows_as_text(output, self.processing_class),
             # SPO's estimates the batch was trained against: its rows wait, so the tracker has not moved yet.
             "spo_p_hats": [] if self.spo is None else self.spo.tracker.p_hats(plan.keys).tolist(),
+            "pass_rates": plan.pass_rates.tolist(),
         })
         return output
 
@@ -237,6 +238,7 @@ def main(output_dir: str, mode: str):
             "batches": trainer.seen,
             "tracker": trainer.tracker.state_dict(),
             "spo": None if trainer.spo is None else trainer.spo.state_dict(),
+            "vip_embeddings": None if trainer.vip is None else trainer.vip.embeddings.tolist(),
             "losses": [entry["loss"] for entry in trainer.state.log_history if "loss" in entry],
             "scored": getattr(scored, "scored", getattr(scored, "calls", [])),
             "format_scored": formatted.scored if allocator == "reinforce_ada" else [],

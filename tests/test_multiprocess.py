@@ -280,3 +280,19 @@ def test_the_defaults_on_two_processes_keep_grpo_trainers_rows(tmp_path):
     assert ours[0]["completions"] == ours[1]["completions"] and ours[0]["advantages"] == ours[1]["advantages"]
     assert ours[0]["completions"] == theirs[0]["completions"] and len(ours[0]["completions"]) == 8
     np.testing.assert_allclose(ours[0]["advantages"], theirs[0]["advantages"], atol=1e-5)
+
+
+def test_two_processes_predict_and_allocate_identically_under_vip(tmp_path):
+    # Every process takes part in the embeddings' forward passes (each its share of the prompts, gathered), the
+    # prediction is the main process's; every rank must hold the same embeddings, rates and counts.
+    result = launch(tmp_path, "vip")
+    assert result.returncode == 0, result.stderr[-4000:]
+    first, second = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in range(2)]
+    assert first["vip_embeddings"] == second["vip_embeddings"] and len(first["vip_embeddings"]) == 6
+    shared = ("keys", "counts", "slot_order", "pass_rates")
+    assert [{k: b[k] for k in shared} for b in first["batches"]] == [{k: b[k] for k in shared} for b in
+                                                                        second["batches"]]
+    assert first["tracker"] == second["tracker"] and len(first["losses"]) == 9
+    assert len({rate for batch in first["batches"] for rate in batch["pass_rates"]}) > 2  # predictions moved
+    with np.load(tmp_path / "checkpoint-9" / "budget_vip_embeddings.npz") as saved:
+        assert saved["embeddings"].tolist() == first["vip_embeddings"]

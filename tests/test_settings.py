@@ -24,6 +24,8 @@ def rule_reading(name: str) -> dict:
     """Settings under which `name` is read, so that only its own value can be refused."""
     if name.startswith(("reinforce_ada_", "coba_")):
         return {"budget_allocator": name.split("_")[0] if name.startswith("coba_") else "reinforce_ada"}
+    if name.startswith("vip_"):
+        return {"budget_allocator": "vip"}
     if name in ("rounds_first_generations", "rounds_max"):
         return {"rounds_generations": 2}
     if name in ("probe_history_weight", "probe_prior_strength"):

@@ -21,9 +21,9 @@ def test_kl_adaptive_rho_scores_truncated_completions_that_keep_no_token(tmp_pat
 
 def test_the_drift_forward_pass_takes_completions_that_are_all_empty(tmp_path, tokenizer):
     trainer = make_trainer(tmp_path, tokenizer, max_steps=1, dataset=make_dataset(6), **SPO)
-    log_probs = trainer._policy_log_probs([[1, 2, 3], [4, 5]], [[], []])
+    log_probs = trainer.policy_passes.log_probs([[1, 2, 3], [4, 5]], [[], []])
     assert [array.shape for array in log_probs] == [(0,), (0,)]
-    mixed = trainer._policy_log_probs([[1, 2, 3], [4, 5]], [[], [6, 7]])
+    mixed = trainer.policy_passes.log_probs([[1, 2, 3], [4, 5]], [[], [6, 7]])
     assert [array.shape for array in mixed] == [(0,), (2,)] and np.all(mixed[1] < 0)
 
 

@@ -42,7 +42,7 @@ def test_an_spo_run_trains_one_rollout_a_prompt_against_each_prompts_estimate_be
         np.testing.assert_allclose(advantages.numpy(), expected[step], rtol=1e-5, atol=1e-6)
         revisited += sum(key in set().union(*(set(p.keys) for p, _, _ in recorder.steps[:step])) for key in plan.keys)
     assert revisited > 0  # the estimates moved between visits: the test compares more than Beta(0.5, 0.5)
-    trainer.spo.settle(trainer._policy_log_probs, trainer._metrics["train"])  # the last batch's rows
+    trainer.spo.settle(trainer.policy_passes.log_probs, trainer._metrics["train"])  # the last batch's rows
     assert trainer.spo.tracker.alpha == pytest.approx(replayed.alpha) and trainer.spo.tracker.beta == pytest.approx(
         replayed.beta)
     logged = [entry for entry in trainer.state.log_history if "spo/p_hats" in entry]
@@ -81,14 +81,14 @@ def test_kl_adaptive_rho_comes_from_the_drift_of_each_prompts_last_response(tmp_
     # response between the policy that last trained on it and the policy now.
     trainer = make_trainer(tmp_path, tokenizer, max_steps=4, advantage_baseline="spo", budget_allocator="uniform",
                            dataset=make_dataset(2), learning_rate=1e-2)
-    calls, original = [], trainer._policy_log_probs
+    calls, original = [], trainer.policy_passes.log_probs
 
     def recording(prompts, completions):
         log_probs = original(prompts, completions)
         calls.append((prompts, completions, log_probs))
         return log_probs
 
-    trainer._policy_log_probs = recording
+    trainer.policy_passes.log_probs = recording
     before = {}
     original_update = trainer.spo.tracker.update
 
@@ -207,7 +207,7 @@ def test_spos_baseline_inside_groups_and_its_sampling_under_another_allocator(tm
     assert not all(np.allclose(a, b) for a, b in zip(expected, last_row_only))  # the two rules differ here
     for (_, advantages, _), hand in zip(recorder.steps, expected):
         np.testing.assert_allclose(advantages.numpy(), hand, rtol=1e-5, atol=1e-6)
-    every_row.spo.settle(every_row._policy_log_probs, every_row._metrics["train"])
+    every_row.spo.settle(every_row.policy_passes.log_probs, every_row._metrics["train"])
     assert every_row.spo.tracker.alpha == pytest.approx(replayed.alpha)
     assert sum(every_row.spo.tracker.visits.values()) == 3 * 8  # 3 batches of 8 rows, every one counted
     sampled = make_trainer(tmp_path / "sampled", tokenizer, max_steps=3, prompt_sampling="spo",

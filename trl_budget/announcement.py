@@ -21,6 +21,19 @@ STAGES = {  # the setting that turns a stage off -> what the stage changes
 }
 
 
+def vip_clause(args, allocator) -> str:
+    """What VIP adds to the allocation's change: where its rates come from, and the prompts it drops."""
+    from .vip_stage import uses_vip
+
+    if not uses_vip(args, allocator):
+        return ""
+    source = ("the policy's hidden states" if args.budget_allocator != "vip" or args.vip_embeddings == "policy"
+              else args.vip_embeddings)
+    return (f", minimising the gradient's variance (VIP's {allocator.rule} objective, solver {allocator.solver!r}) "
+            "from success rates a Gaussian process predicts for every prompt, unseen ones included, over embeddings "
+            f"of {source}; a prompt whose count rounds below 4 gets none and is left out of the batch")
+
+
 def num_generations_given(args) -> int:
     """`num_generations` as the user gave it (under SPO, TRL's sampler may deal the batch in other groups)."""
     return args.__dict__.get("num_generations_as_given", args.num_generations)
@@ -63,7 +76,8 @@ def differences_from_grpo(args, allocator, baseline: str) -> dict[str, str]:
                                                  "generation_batch_size rows")
     elif not isinstance(allocator, UniformAllocator):
         changes["budget_allocator='uniform'"] = (f"num_generations={args.num_generations} is the batch's average "
-                                                 "number of rollouts a prompt: the rule gives each prompt its own")
+                                                 "number of rollouts a prompt: the rule gives each prompt its own"
+                                                 f"{vip_clause(args, allocator)}")
     for setting, change in STAGES.items():
         if getattr(args, setting.split("=")[0]):
             changes[setting] = change

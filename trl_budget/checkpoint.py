@@ -163,7 +163,9 @@ def save_budget_state(checkpoint: str, tracker: CapabilityTracker, parts: dict[s
     prompt stream of dynamic sampling, the prompt sampler, SPO's tracker); None parts are not in use."""
     save_tracker(checkpoint, tracker)
     for name, part in (parts or {}).items():
-        if part is not None:
+        if part is not None and hasattr(part, "save_files"):  # arrays, in a file of their own (VIP's embeddings)
+            part.save_files(checkpoint)
+        elif part is not None:
             write_json_atomically(os.path.join(checkpoint, name), part.state_dict())
 
 
@@ -174,7 +176,10 @@ def restore_budget_state(checkpoint: str, tracker: CapabilityTracker, parts: dic
 
     restore_tracker(checkpoint, tracker, TRACKER_FIELDS, budget_allocator)
     for name, part in parts.items():
-        if part is not None:
+        if part is not None and hasattr(part, "load_files"):
+            if not part.load_files(checkpoint):
+                logger.warning(f"{os.path.join(checkpoint, name)} is missing: {_WITHOUT_FILE[name]}")
+        elif part is not None:
             restore_part(checkpoint, name, part)
 
 
@@ -183,6 +188,7 @@ _WITHOUT_FILE = {
     "budget_prompt_stream.json": "Dynamic sampling draws from the start of the training data again.",
     "budget_prompt_sampler.json": "Prompt sampling draws its pools from the start of the training data again.",
     "budget_spo_state.json": "SPO's tracker starts again from every prompt's prior.",
+    "budget_vip_embeddings.npz": "VIP's embeddings are made again from the resumed policy before the next batch.",
 }
 
 

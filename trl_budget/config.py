@@ -17,13 +17,14 @@ from .settings.baselines import BaselineSettings
 from .settings.batches import BatchSettings, is_trl_group_check, sampler_group_size, trl_generation_batch
 from .settings.renamed import RenamedSettings, refusing_unknown_names
 from .settings.spo import SPOSettings
+from .settings.vip import VIPSettings
 from .settings.tracker import TrackerSettings
 from .settings.unread import UnreadSettings
 
 
 @dataclass
 class BudgetGRPOConfig(GRPOConfig, AllocationSettings, TrackerSettings, BatchSettings, BaselineSettings, SPOSettings,
-                       UnreadSettings, RenamedSettings):
+                       VIPSettings, UnreadSettings, RenamedSettings):
     r"""
     Configuration class for the [`BudgetGRPOTrainer`].
 
@@ -45,7 +46,8 @@ class BudgetGRPOConfig(GRPOConfig, AllocationSettings, TrackerSettings, BatchSet
             `"spo"` (SPO: one rollout a prompt, its prompts drawn by SPO's weights, SPO's baseline; ahead of uniform
             GRPO on the fifth study's three task families, where every prompt came back about 41 times a run; it
             changes what `num_generations`, a step and an epoch mean), `"knapsack"` (Knapsack RL), `"coba"`
-            (CoBA-RL), `"reinforce_ada"` (Reinforce-Ada's rounds), another name registered with `register_allocator`, or a dotted path to an allocator class
+            (CoBA-RL), `"reinforce_ada"` (Reinforce-Ada's rounds), `"vip"` (VIP: success rates predicted by a
+            Gaussian process over prompt embeddings, rollouts split to minimise the gradient's variance), another name registered with `register_allocator`, or a dotted path to an allocator class
             (`"my_package.my_module:MyAllocator"`). Fields named `<allocator>_<option>` (`knapsack_fallback`, say) are
             passed to its constructor as `<option>`. Ignored when an `allocator` object is passed to the trainer.
         budget_allocator_kwargs (`dict`, `str` or `None`, *optional*, defaults to `None`):
@@ -120,6 +122,26 @@ class BudgetGRPOConfig(GRPOConfig, AllocationSettings, TrackerSettings, BatchSet
             budget is optimised, the rest goes to very hard prompts first.
         coba_exploration_share (`float`, *optional*, defaults to `0.7`):
             Share of the spare budget optimised over exploration prompts under the bucket rule.
+
+        > Parameters of VIP (`budget_allocator="vip"`; its bounds are `budget_min_generations` and
+        > `budget_max_generations`, which defaults to 32 under VIP, the release's)
+
+        vip_rule (`str`, *optional*, defaults to `"grpo"`):
+            The release's objective: `"grpo"` (the variance of GRPO's advantages, which this trainer trains) or
+            `"rloo"`.
+        vip_solver (`str`, *optional*, defaults to `"slsqp"`):
+            `"slsqp"` (the release's: SLSQP from the even split, slow beyond a few hundred prompts) or `"exact"`
+            (water-filling on the same objective; needs `budget_min_generations` above 1 for rloo, 3 for grpo).
+        vip_length_scale (`float`, *optional*, defaults to `0.4`):
+            The predictor's RBF length scale on the distance between prompt embeddings.
+        vip_prior_mean (`float`, *optional*, defaults to `-1.0`):
+            The predictor's prior mean in logit space (sigmoid(-1) = 0.27).
+        vip_max_observed (`int`, *optional*, defaults to `4096`):
+            Most tracked prompts a fit conditions on (the most recently visited).
+        vip_embeddings (`str`, *optional*, defaults to `"policy"`):
+            `"policy"`: each training prompt's last hidden layer under the policy, mean-pooled over its tokens,
+            computed once before the first batch and kept with each checkpoint; or the path of a `.npy` file with a
+            row per training dataset row (the release embeds question texts with all-MiniLM-L6-v2).
 
         > Parameters of Reinforce-Ada (`budget_allocator="reinforce_ada"`)
 
@@ -499,6 +521,24 @@ class BudgetGRPOConfig(GRPOConfig, AllocationSettings, TrackerSettings, BatchSet
         metadata={"help": "Clip the grouped advantages to [-advantage_clip, advantage_clip]. None: no clipping, as "
                   "TRL. The Knapsack RL release clips at 5."},
     )
+    vip_rule: str = field(
+        default="grpo", metadata={"help": "VIP's objective: 'grpo' (GRPO's advantages) or 'rloo'.",
+                                  "choices": ["grpo", "rloo"]},
+    )
+    vip_solver: str = field(
+        default="slsqp", metadata={"help": "VIP's solver: 'slsqp' (the release's) or 'exact' (water-filling).",
+                                   "choices": ["slsqp", "exact"]},
+    )
+    vip_length_scale: float = field(default=0.4, metadata={"help": "VIP's predictor: the RBF length scale."})
+    vip_prior_mean: float = field(default=-1.0, metadata={"help": "VIP's predictor: the prior mean (a logit)."})
+    vip_max_observed: int = field(
+        default=4096, metadata={"help": "VIP's predictor: most tracked prompts a fit conditions on (the latest)."},
+    )
+    vip_embeddings: str = field(
+        default="policy",
+        metadata={"help": "VIP's prompt embeddings: 'policy' (the policy's last hidden layer, mean-pooled over the "
+                  "prompt's tokens) or the path of a .npy file with a row per training dataset row."},
+    )
     spo_rollouts_per_prompt: int = field(
         default=1,
         metadata={"help": "Under budget_allocator='spo': rollouts of every prompt (the release's n = 1); each "
@@ -679,6 +719,7 @@ class BudgetGRPOConfig(GRPOConfig, AllocationSettings, TrackerSettings, BatchSet
         self.check_advantage_baseline()
         self.check_spo_settings()
         self.check_prompt_sampling()
+        self.check_vip_settings()
         self.refuse_unread_settings()
         self.make_allocator()
         self.make_tracker()

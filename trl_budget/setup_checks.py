@@ -15,6 +15,7 @@ from .prior import arrow_missing, check_prior_columns, first_row_where
 from .prompt_sampling import checked_prompt_values
 from .prompts import IMAGE_COLUMNS, has_images, missing_id_error
 from .rollout_plan import checked_allocation
+from .vip_stage import first_batch_rates
 
 logger = logging.get_logger(__name__)
 
@@ -41,7 +42,8 @@ def check_before_building(args: BudgetGRPOConfig, allocator, tracker, train_data
             "that makes that product a multiple of the number of processes."
         )
     checked_allocation(  # a broken allocator fails here, before any model is loaded
-        allocator, np.full(args.prompts_per_generation_batch(), np.nan), args.generation_batch_size, None,
+        allocator, first_batch_rates(args, allocator, args.prompts_per_generation_batch()), args.generation_batch_size,
+        None,
         args.generation_bounds(),
     )
     check_dataset_fills_a_generation_batch(train_dataset, prompts_per_batch, args)

@@ -25,8 +25,6 @@ from accelerate.utils import broadcast_object_list, gather_object
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from transformers.utils import logging
 from trl import GRPOConfig, GRPOTrainer
-from trl.models.utils import disable_gradient_checkpointing
-from trl.trainer.utils import pad
 
 from .advantages import advantages_against_baseline, grouped_advantages, groups_without_spread, prompt_loss_weights
 from .allocators import Allocator
@@ -35,7 +33,8 @@ from .allocators.uniform import UniformAllocator
 from .announcement import announcement
 from .checkpoint import restore_budget_state, resume_point, save_budget_state
 from .config import BudgetGRPOConfig
-from .dynamic_sampling import STREAM_STATE_NAME, DynamicSampling, PromptStream, training_rows
+from .dynamic_sampling import STREAM_STATE_NAME, DynamicSampling, PromptStream
+from .forward_passes import PolicyPasses
 from .metrics import BudgetMetrics, batch_figures_logged, relog_advantages, relog_batch_figures
 from .per_prompt_engine import generate_prompt_by_prompt
 from .prior import BUDGET_COLUMN_SETTINGS, history_pass_rates
@@ -50,6 +49,7 @@ from .setup_checks import (check_before_building, check_prompt_id_column, check_
                            refuse_images_in_rounds, refuse_images_under_kl_adaptive_rho)
 from .spo_stage import SPO_STATE_NAME, SPOStage
 from .tracker import CapabilityTracker
+from .vip_stage import VIP_EMBEDDINGS_NAME, VIPStage, uses_vip
 
 logger = logging.get_logger(__name__)
 
@@ -90,6 +90,7 @@ class BudgetGRPOTrainer(GRPOTrainer):
         train_dataset = kwargs.get("train_dataset", positional[0] if positional else None)
         check_before_building(args, self.allocator, self.tracker, train_dataset, kwargs)
         self.spo = SPOStage.for_run(args, train_dataset, reward_funcs) if args.uses_spo_tracker(allocator) else None
+        self.vip = VIPStage.for_run(args) if uses_vip(args, allocator) else None
         success_index = success_reward_index(args.success_reward_func, reward_funcs)
         self.last_rollout_plan: RolloutPlan | None = None
         self._last_token_cap: TokenCappedAllocator | None = None
@@ -105,6 +106,7 @@ class BudgetGRPOTrainer(GRPOTrainer):
         self.budget_metrics = BudgetMetrics(self._metrics["train"], self.accelerator.is_main_process)
         self.prompt_stream = PromptStream.for_trainer(self) if args.dynamic_sampling else None
         self.prompt_sampler = PromptSampler.for_trainer(self)
+        self.policy_passes = PolicyPasses(self)  # the forward passes the stages ask for besides TRL's
         self._replayed = None  # completions generated prompt by prompt, for TRL's generation step to return
         self._announced = False  # the rule in effect is announced once a run
 
@@ -128,14 +130,15 @@ class BudgetGRPOTrainer(GRPOTrainer):
             return output
         started, self._allocation_seconds = time.perf_counter(), 0.0
         if self.spo is not None and self.spo.prior_to_sample:
-            self._sample_spo_prior()
+            self.policy_passes.sample_spo_prior(self.spo)
         if self.spo is not None:  # the last batch's rows update SPO's tracker under the policy they trained
-            self.spo.settle(self._policy_log_probs, self._metrics["train"])
+            self.spo.settle(self.policy_passes.log_probs, self._metrics["train"])
         prompts, keys = self._batch_prompts(inputs)
         history_rates, from_prior, groups = history_pass_rates(self.tracker, prompts, keys, self.args)
+        # VIP allocates from its predictions, unseen prompts included (the plan keeps the tracker's rates beside them)
+        rates = history_rates if self.vip is None else self._vip_predictions(keys)
         failure_rate = self.tracker.failure_rate
-        rule = self._round_rule(prompts, keys, history_rates, len(inputs) * self.accelerator.num_processes,
-                                failure_rate)
+        rule = self._round_rule(prompts, keys, rates, len(inputs) * self.accelerator.num_processes, failure_rate)
         if any(has_images(row) for row in prompts):  # a streamed dataset's images
             if not rule.single_round:
                 refuse_images_in_rounds(self.allocator, self.args)
@@ -170,19 +173,22 @@ class BudgetGRPOTrainer(GRPOTrainer):
         if self.spo is not None:
             self.budget_metrics.record_spo_estimates(self.spo.tracker.p_hats(keys))
             self.spo.record(keys, trained.counts, rewards,
-                            self._last_responses(keys, trained) if self.spo.tracker.kl_adaptive else {})
+                            self.policy_passes.last_responses(keys, trained) if self.spo.tracker.kl_adaptive else {})
         # The tracker learns from every rollout generated, trained or not.
         batch_failure_rate = self.tracker.update(
             np.repeat(keys, rounds.counts), self.rewards.success_rewards(generated_rewards, generated_weighted),
             None if groups is None else np.repeat(groups, rounds.counts), lengths.cpu().numpy(),
             generated_weighted.cpu().numpy() if getattr(self.tracker, "reward_history_window", None) is not None
             else None)
+        if self.vip is not None:
+            self.vip.visited(keys, rounds.counts)
         self.rewards.warn_if_success_never_varies(batch_failure_rate)
         self.rewards.warn_if_spread_overflows(plan.counts, plan.rewards, advantages)
         self._metrics["train"]["budget/completion_tokens"].append(float(output["num_items_in_batch"]))
         self.budget_metrics.record_batch(plan, rewards, advantages, from_prior,
                                          self._last_token_cap if self.args.budget_token_cap is not None else None,
-                                         self.allocator, self.tracker.pass_rates(plan.keys))
+                                         self.allocator, plan.pass_rates if self.vip is not None
+                                         else self.tracker.pass_rates(plan.keys))
         self.budget_metrics.record_rounds(rule, rounds, trained.counts, self.prompt_stream)
         self.budget_metrics.log_prompt_rollouts(self._logs["extra"], rounds.counts, rounds.logged_slot_order())
         self.budget_metrics.record_allocation_time(self._allocation_seconds, time.perf_counter() - started,
@@ -373,97 +379,17 @@ class BudgetGRPOTrainer(GRPOTrainer):
 
         return self._on_main_process("Rollout allocation", decide)
 
+    def _vip_predictions(self, keys: list[str]) -> np.ndarray:
+        """VIP's predicted success rates of the batch's prompts, decided on the main process (the embeddings made
+        first, once, by every process's forward passes)."""
+        self.vip.prepare(self)
+        return self._on_main_process("VIP's prediction", lambda: self.vip.predicted_rates(keys, self.tracker))
+
     def _on_main_process(self, what: str, decide):
         """`decide()` on the main process, its result on every process, timed as allocation time."""
         result, seconds = decided_on_main_process(self.accelerator.is_main_process, what, decide)
         self._allocation_seconds += seconds
         return result
-
-    # --------------------------------------------------------------------------- SPO's responses and log-probs
-
-    def _sample_spo_prior(self) -> None:
-        """SPO's prior from the run itself (`spo_offline_sampling`): `spo_offline_n` rollouts of every training
-        prompt, generated and scored as the batches' are, a generation batch's worth of rows at a time (the last one
-        filled up with its own last row, whose extra rollouts are left out). What TRL logs of them is taken back out,
-        so that the first step's figures are its own; the rollouts generated (the fill included) and the time are
-        logged."""
-        started, snapshot = time.perf_counter(), self._logged_so_far()
-        rows = list(training_rows(self))
-        keys, offline_n = keys_of(rows, self.args.prompt_id_column), self.args.spo_offline_n
-        repeated = [index for index in range(len(rows)) for _ in range(offline_n)]
-        size, processes = self.args.generation_batch_size, self.accelerator.num_processes
-        rank, rewards = self.accelerator.process_index, []
-        for start in range(0, len(repeated), size):
-            chunk = repeated[start : start + size]
-            filled = chunk + [chunk[-1]] * (size - len(chunk))
-            local = size // processes
-            mine = [rows[index] for index in filled[rank * local : (rank + 1) * local]]
-            _, gathered, _ = self._scored_rows(mine, trl_rows=False)
-            rewards.extend(self.rewards.weighted(gathered).cpu().tolist()[: len(chunk)])
-        self._restore_logged(snapshot)
-        self.spo.set_sampled_priors([keys[index] for index in repeated], np.array(rewards), offline_n,
-                                    self._layout_seed)
-        generated = -(-len(repeated) // size) * size  # whole generation batches, the last one's fill included
-        self._metrics["train"]["spo/prior_rollouts"].append(float(generated))
-        self._metrics["train"]["spo/prior_seconds"].append(time.perf_counter() - started)
-
-    def _logged_so_far(self):
-        """What TRL has logged so far (its metrics, completion logs and token count), to be put back."""
-        import copy
-
-        return copy.deepcopy(self._metrics["train"]), copy.deepcopy(self._logs), self.state.num_input_tokens_seen
-
-    def _restore_logged(self, snapshot) -> None:
-        metrics, logs, tokens = snapshot
-        self._metrics["train"].clear()
-        self._metrics["train"].update(metrics)
-        self._logs, self.state.num_input_tokens_seen = logs, tokens
-
-    def _last_responses(self, keys: list[str], trained) -> dict[str, tuple[list[int], list[int]]]:
-        """Each prompt's last trained row in plan order (the release keeps the last row a prompt has in a batch): its
-        prompt and completion ids, from whichever process holds it, on every process."""
-        ends = np.cumsum(trained.counts) - 1
-        last_slot = {key: int(end) for key, end, count in zip(keys, ends, trained.counts) if count > 0}
-        key_of_slot = {slot: key for key, slot in last_slot.items()}
-        output = trained.output
-        mine = []
-        for row, slot in enumerate(np.asarray(trained.my_slots).tolist()):
-            if slot in key_of_slot:
-                prompt = output["prompt_ids"][row][output["prompt_mask"][row].bool()].tolist()
-                completion = output["completion_ids"][row][output["completion_mask"][row].bool()].tolist()
-                mine.append((key_of_slot[slot], prompt, completion))
-        return {key: (prompt, completion) for key, prompt, completion in gather_object(mine)}
-
-    def _policy_log_probs(self, prompts: list[list[int]], completions: list[list[int]]) -> list[np.ndarray]:
-        """The current policy's log-probability of each completion's tokens after its prompt, on every process. The
-        rows are dealt over the processes, each the same number of forward passes (a sharded model gathers its
-        parameters in every one), and the results gathered."""
-        if not prompts:
-            return []
-        processes, rank = self.accelerator.num_processes, self.accelerator.process_index
-        share = -(-len(prompts) // processes)
-        mine = list(range(rank * share, min((rank + 1) * share, len(prompts))))
-        rows = mine + [mine[-1] if mine else 0] * (share - len(mine))
-        device, pad_id = self.accelerator.device, getattr(self, "_tokenizer", self.processing_class).pad_token_id
-        # Token ids as integers even where a completion is empty (a truncated one under mask_truncated_completions
-        # keeps no token), and at least one completion column, so that the forward pass keeps the completion's logits.
-        width = max([1] + [len(completions[i]) for i in rows])
-        prompt_ids = pad([torch.tensor(prompts[i], device=device, dtype=torch.long) for i in rows], pad_id,
-                         padding_side="left")
-        prompt_mask = pad([torch.ones(len(prompts[i]), device=device, dtype=torch.long) for i in rows], 0,
-                          padding_side="left")
-        completion_ids = pad([torch.tensor(completions[i] + [pad_id] * (width - len(completions[i])), device=device,
-                                           dtype=torch.long) for i in rows], pad_id)
-        completion_mask = pad([torch.tensor([1] * len(completions[i]) + [0] * (width - len(completions[i])),
-                                            device=device, dtype=torch.long) for i in rows], 0)
-        with torch.no_grad(), disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
-            log_probs, _, _ = self._get_per_token_logps_and_entropies(
-                self.model, torch.cat([prompt_ids, completion_ids], dim=1),
-                torch.cat([prompt_mask, completion_mask], dim=1), completion_ids.size(1),
-                batch_size=self.args.per_device_train_batch_size)
-        found = [(i, log_probs[j, : len(completions[i])].float().cpu().tolist()) for j, i in enumerate(mine)]
-        by_row = dict(gather_object(found))
-        return [np.asarray(by_row[i], dtype=np.float64) for i in range(len(prompts))]
 
     # ------------------------------------------------------------------------------- logs and checkpoints
 
@@ -507,4 +433,4 @@ class BudgetGRPOTrainer(GRPOTrainer):
     def _stage_states(self) -> dict[str, Any]:
         """The stages whose state a checkpoint keeps, by file name (None: not in this run)."""
         return {STREAM_STATE_NAME: self.prompt_stream, SAMPLER_STATE_NAME: self.prompt_sampler,
-                SPO_STATE_NAME: self.spo}
+                SPO_STATE_NAME: self.spo, VIP_EMBEDDINGS_NAME: self.vip}

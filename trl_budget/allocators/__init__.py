@@ -2,7 +2,7 @@
 
 Pure numpy, no torch and no TRL, so that every allocator can be used and tested alone on arrays. One module per idea:
 `registry` (names and dotted paths), `solver` (the exact greedy solver they share), `base` (the checks every
-allocator makes), one module per allocator (`uniform`, `knapsack`, `coba`, `spo` (one rollout a prompt), and `reinforce_ada`, a rule of rounds chosen by the same name), and
+allocator makes), one module per allocator (`uniform`, `knapsack`, `coba`, `spo` (one rollout a prompt), `vip` (VIP's variance-minimising split), and `reinforce_ada`, a rule of rounds chosen by the same name), and
 `token_cap` (a cap on expected
 completion tokens, solved by a search on its Lagrange multiplier).
 """
@@ -14,6 +14,7 @@ from .knapsack import KnapsackAllocator  # noqa: I001
 from .coba import CoBAAllocator
 from .reinforce_ada import ReinforceAda
 from .spo import SPOAllocator
+from .vip import VIPAllocator
 
 __all__ = [
     "Allocator",
@@ -22,6 +23,7 @@ __all__ = [
     "ReinforceAda",
     "SPOAllocator",
     "UniformAllocator",
+    "VIPAllocator",
     "allocator_class",
     "allocator_names",
     "register_allocator",

@@ -58,6 +58,7 @@ def check_allocator_kwargs(allocator: str, cls, kwargs: dict[str, Any] | None) -
 
 
 DEFAULT_MAX_GENERATIONS = 128  # budget_max_generations=None, unless num_generations is more
+VIP_MAX_GENERATIONS = 32  # VIP's release: 4 to 32 rollouts a prompt
 
 
 class AllocationSettings:
@@ -118,11 +119,17 @@ class AllocationSettings:
 
     def generation_bounds(self, rollouts_a_prompt: bool = True) -> tuple[int, int]:
         """The fewest and most rollouts a prompt of a batch may get (`budget_max_generations=None`: 128, or
-        num_generations where that is more); with `rollouts_a_prompt`, SPO's rollouts a prompt under its allocator."""
+        num_generations where that is more; under VIP 32, its release's); with `rollouts_a_prompt`, SPO's rollouts a
+        prompt under its allocator, and 0 as VIP's fewest (its rounding drops a prompt whose count falls below 4, as
+        the release drops it from the batch)."""
         if rollouts_a_prompt and self.budget_allocator == "spo":
             return self.spo_rollouts_per_prompt, self.spo_rollouts_per_prompt
         most = self.budget_max_generations
-        return self.budget_min_generations, max(DEFAULT_MAX_GENERATIONS, self.num_generations) if most is None else most
+        if most is None:
+            most = max(VIP_MAX_GENERATIONS if self.budget_allocator == "vip" else DEFAULT_MAX_GENERATIONS,
+                       self.num_generations)
+        fewest = 0 if rollouts_a_prompt and self.budget_allocator == "vip" else self.budget_min_generations
+        return fewest, most
 
     def prompts_per_generation_batch(self) -> int:
         """Distinct prompts a generation batch trains (its sampled prompts under prompt sampling)."""

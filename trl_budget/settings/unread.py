@@ -14,7 +14,7 @@ from .common import allocator_in_words, same_value
 from .renamed import RENAMED_SETTINGS
 
 # The built-in allocators whose options are fields of their own.
-ALLOCATORS_WITH_FIELDS = ("knapsack", "coba", "reinforce_ada")
+ALLOCATORS_WITH_FIELDS = ("knapsack", "coba", "reinforce_ada", "vip")
 
 
 def budget_fields(config) -> list:
@@ -88,6 +88,13 @@ class UnreadSettings:
                  "rounds_first_generations", "rounds_max", "budget_token_cap", "pass_rate_prior_column",
                  "prompt_group_column", "pass_rate_prior_strength", "probe_history_weight",
                  "probe_prior_strength", "rounds_prompt_by_prompt"),
+                ", or choose another allocator for it")
+        if self.budget_allocator == "vip":
+            return ("under budget_allocator='vip': it allocates in one shot from its predictor's success rates (the "
+                    "tracker's last visits, unseen prompts predicted from their embeddings)"), dict.fromkeys(
+                ("probe_generations", "rounds_generations", "rounds_first_generations", "rounds_max",
+                 "budget_token_cap", "pass_rate_prior_column", "prompt_group_column", "pass_rate_prior_strength",
+                 "probe_history_weight", "probe_prior_strength", "rounds_prompt_by_prompt"),
                 ", or choose another allocator for it")
         if self.budget_allocator == "reinforce_ada":
             fix = ", or choose a one-shot allocator ('knapsack', 'coba' or 'uniform') for it"

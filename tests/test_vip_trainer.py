@@ -1,0 +1,128 @@
+"""VIP in the trainer (`budget_allocator="vip"`): predictions of every batch prompt, unseen ones included, are what
+the allocator and the logs read; the embeddings are made once and resumed with the checkpoint; counts of 0; refusals."""
+
+import logging
+
+import numpy as np
+import pytest
+import torch
+from helpers import config_kwargs, make_dataset, make_trainer
+from test_success_prediction import dense_prediction
+
+from trl_budget import BudgetGRPOConfig, BudgetGRPOTrainer
+
+VIP = dict(budget_allocator="vip", budget_max_generations=None)
+
+
+class PredictionRecorder(BudgetGRPOTrainer):
+    """Keeps, per batch, the tracker's rates of every embedded prompt before the prediction, and the plan."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.before, self.plans, self.histogram = [], [], []
+
+    def _vip_predictions(self, keys):
+        rates = super()._vip_predictions(keys)
+        self.before.append(self.tracker.pass_rates(self.vip.keys))
+        return rates
+
+    def _generate_and_score_completions(self, inputs):
+        output = super()._generate_and_score_completions(inputs)
+        if self.model.training:
+            self.plans.append(self.last_rollout_plan)
+        return output
+
+    def log(self, logs, start_time=None):
+        self.histogram.append(list(self.budget_metrics.history["pass_rates"]))  # what the histogram draws
+        super().log(logs, start_time)
+
+
+def test_a_vip_run_allocates_from_predictions_of_seen_and_unseen_prompts(tmp_path, tokenizer, caplog):
+    trainer = make_trainer(tmp_path, tokenizer, max_steps=6, dataset=make_dataset(6), trainer_class=PredictionRecorder,
+                           **VIP)
+    with caplog.at_level(logging.WARNING, logger="trl_budget.trainer"):
+        trainer.train()
+    assert "VIP's grpo objective, solver 'slsqp'" in caplog.text and "embeddings of the policy's hidden states" in caplog.text
+    embeddings = trainer.vip.embeddings
+    assert embeddings.shape == (6, 32) and np.allclose(np.linalg.norm(embeddings, axis=1), 1.0)
+    predicted_unseen = 0
+    for tracked, plan in zip(trainer.before, trainer.plans):
+        rows = [trainer.vip.keys.index(key) for key in plan.keys]
+        seen = np.flatnonzero(~np.isnan(tracked))
+        expected = (dense_prediction(embeddings, seen, tracked[seen])[rows] if seen.size
+                    else np.full(len(rows), 1 / (1 + np.e)))
+        np.testing.assert_allclose(plan.pass_rates, expected, rtol=1e-9)  # what the allocator was given
+        unseen = np.isnan(plan.history_rates)
+        predicted_unseen += int((unseen & (np.abs(plan.pass_rates - 1 / (1 + np.e)) > 1e-3)).sum())
+        assert plan.counts.sum() == 8
+    assert predicted_unseen > 0  # an unseen prompt was allocated from a prediction off the prior
+    logged = [entry for entry in trainer.state.log_history if "budget/unseen_prompts" in entry]
+    assert len(logged) == 6 and logged[0]["budget/unseen_prompts"] == 1.0
+    assert trainer.histogram[:6] == [plan.pass_rates.tolist() for plan in trainer.plans]  # the predictions
+
+
+def test_a_vip_run_resumes_exactly(tmp_path, tokenizer):
+    options = dict(dataset=make_dataset(12), save_strategy="steps", save_steps=2, lr_scheduler_type="constant",
+                   learning_rate=1e-2, trainer_class=PredictionRecorder, **VIP)
+    full = make_trainer(tmp_path / "full", tokenizer, max_steps=4, **options)
+    full.train()
+    make_trainer(tmp_path / "part", tokenizer, max_steps=2, **options).train()
+    assert (tmp_path / "part" / "checkpoint-2" / "budget_vip_embeddings.npz").exists()
+    resumed = make_trainer(tmp_path / "part", tokenizer, max_steps=4, **options)
+    resumed.train(resume_from_checkpoint=str(tmp_path / "part" / "checkpoint-2"))
+    assert np.array_equal(resumed.vip.embeddings, full.vip.embeddings)  # restored, not made by the resumed policy
+    assert np.array_equal(resumed.vip.last_visit, full.vip.last_visit)
+    for mine, theirs in zip(resumed.plans, full.plans[2:]):
+        assert mine.keys == theirs.keys and np.array_equal(mine.pass_rates, theirs.pass_rates)
+        assert np.array_equal(mine.counts, theirs.counts)
+    assert resumed.tracker.state_dict() == full.tracker.state_dict()
+    for (name, mine), theirs in zip(resumed.model.named_parameters(), full.model.parameters()):
+        assert torch.equal(mine, theirs), name
+
+
+def test_a_count_of_zero_leaves_its_prompt_out_of_the_batch(tmp_path, tokenizer):
+    # Bounds 1 to 8, 2 rollouts a prompt on average: the release's rounding keeps no count below 4, so half the
+    # prompts get none (the release drops them from the batch); they generate and train nothing.
+    trainer = make_trainer(tmp_path, tokenizer, max_steps=3, num_generations=2, budget_min_generations=1,
+                           budget_max_generations=8, dataset=make_dataset(12), trainer_class=PredictionRecorder,
+                           budget_allocator="vip")
+    trainer.train()
+    for plan in trainer.plans:
+        assert plan.counts.sum() == 8 and (plan.counts == 0).any() and set(plan.counts.tolist()) <= {0, 4, 8}
+        assert plan.rewards.size == 8
+    dropped = [key for plan in trainer.plans for key, count in zip(plan.keys, plan.counts) if count == 0]
+    visited = {key for plan in trainer.plans for key, count in zip(plan.keys, plan.counts) if count > 0}
+    assert np.isnan(trainer.tracker.pass_rates([key for key in dropped if key not in visited])).all()
+
+
+def test_embeddings_from_a_file_are_read_by_dataset_row(tmp_path, tokenizer):
+    rows = np.random.default_rng(0).normal(size=(6, 5))
+    np.save(tmp_path / "embeddings.npy", rows)
+    trainer = make_trainer(tmp_path, tokenizer, max_steps=1, vip_embeddings=str(tmp_path / "embeddings.npy"), **VIP)
+    trainer.train()
+    assert np.array_equal(trainer.vip.embeddings, rows)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"vip_rule": "rloo"}, "^vip_rule='rloo' is read only by budget_allocator='vip'"),
+    ({**VIP, "probe_generations": 2}, "^probe_generations=2 is never read under budget_allocator='vip'"),
+    ({**VIP, "pass_rate_prior_column": "p"}, "^pass_rate_prior_column='p' is never read under budget_allocator='vip'"),
+    ({**VIP, "dynamic_sampling": True}, "^dynamic_sampling=True .* runs with budget_allocator='uniform' only"),
+    ({**VIP, "prompt_sampling": "value"}, "^prompt_sampling='value' chooses"),
+    ({**VIP, "vip_length_scale": 0}, "^vip_length_scale must be a finite number above 0"),
+    ({**VIP, "vip_max_observed": 0}, "^vip_max_observed must be a whole number of at least 1"),
+    ({**VIP, "vip_embeddings": "minilm"}, "^vip_embeddings must be 'policy'"),
+    ({**VIP, "vip_embeddings": "missing.npy"}, "^vip_embeddings='missing.npy' is not a file"),
+    ({**VIP, "vip_solver": "exact", "vip_rule": "grpo"}, "^budget_min_generations=2 is too low for the exact solver"),
+    ({**VIP, "vip_solver": "newton"}, "^vip_solver must be one of slsqp, exact"),
+])
+def test_bad_vip_settings_are_refused_with_the_fix(tmp_path, overrides, message):
+    with pytest.raises(ValueError, match=message):
+        BudgetGRPOConfig(**config_kwargs(tmp_path, **overrides))
+
+
+def test_an_embeddings_file_of_another_dataset_is_refused_before_training(tmp_path, tokenizer):
+    np.save(tmp_path / "embeddings.npy", np.zeros((5, 3)))
+    trainer = make_trainer(tmp_path, tokenizer, max_steps=1, vip_embeddings=str(tmp_path / "embeddings.npy"), **VIP)
+    with pytest.raises(ValueError, match="needs a row per training dataset row \\(6\\)"):
+        trainer.train()

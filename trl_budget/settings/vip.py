@@ -1,0 +1,48 @@
+"""VIP's settings (`budget_allocator="vip"`): its objective and solver, its predictor, where its embeddings come from,
+and the stages it does not run with."""
+
+from __future__ import annotations
+
+import os
+
+from .common import name_the_field
+
+EMBEDDING_SOURCES = ("policy",)  # or the path of a .npy file with a row per training dataset row
+
+
+class VIPSettings:
+    """`BudgetGRPOConfig`'s part for VIP's settings, checked, and the predictor's options they give."""
+
+    def check_vip_settings(self) -> None:
+        """VIP's settings build a predictor; its embeddings are the policy's or a `.npy` file's; VIP allocates in
+        one shot from its predictions, so the stages that allocate from other rates are refused with it."""
+        if self.budget_allocator != "vip":
+            return
+        self.predictor_options()  # refuses a bad length scale, prior mean or bound, by its field
+        source = self.vip_embeddings
+        if not (isinstance(source, str) and (source in EMBEDDING_SOURCES or source.endswith(".npy"))):
+            raise ValueError(f"vip_embeddings must be 'policy' (the policy's last hidden layer, mean-pooled over each "
+                             f"prompt's tokens) or the path of a .npy file with a row per training dataset row, got "
+                             f"{source!r}.")
+        if source != "policy" and not os.path.isfile(source):
+            raise ValueError(f"vip_embeddings={source!r} is not a file. Give the path of a .npy file holding a row "
+                             "per training dataset row (e.g. all-MiniLM-L6-v2's embeddings of the questions, as VIP's "
+                             "release makes them), or 'policy'.")
+        if self.prompt_sampling is not None:  # (dynamic sampling runs under uniform only: refused there)
+            raise ValueError(f"prompt_sampling={self.prompt_sampling!r} chooses the batch's prompts from the "
+                             "tracker's rates, not from VIP's predictions, and is not built with "
+                             "budget_allocator='vip'. Remove prompt_sampling, or choose another allocator.")
+
+    def predictor_options(self) -> dict:
+        """`SuccessRatePredictor`'s options from the `vip_*` fields, checked by building one on a single prompt."""
+        import numpy as np
+
+        from ..success_prediction import SuccessRatePredictor
+
+        options = {"length_scale": self.vip_length_scale, "prior_mean": self.vip_prior_mean,
+                   "max_observed": self.vip_max_observed}
+        try:
+            SuccessRatePredictor(np.zeros((1, 1)), **options)
+        except ValueError as error:
+            raise ValueError(name_the_field(str(error), lambda name: f"vip_{name}")) from error
+        return options

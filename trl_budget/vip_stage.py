@@ -1,0 +1,133 @@
+"""VIP's stage of the batch (`budget_allocator="vip"`): every batch prompt's success rate predicted by the Gaussian
+process (`success_prediction`) fitted to the tracker's rates of the prompts seen so far, unseen prompts included.
+
+The embeddings are made once per dataset, before the first batch: the policy's own (its last hidden layer,
+mean-pooled over each prompt's tokens, through `forward_passes.PolicyPasses`: dealt over the processes and gathered,
+so every process holds the same rows), or read from a `.npy` file with a row per training dataset row. They are
+saved with each checkpoint (`VIP_EMBEDDINGS_NAME`) and restored on resume, so that a resumed run predicts with the
+embeddings of the run it continues, not those of its resumed policy.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from .dynamic_sampling import training_rows
+from .prompts import keys_of
+from .success_prediction import SuccessRatePredictor
+
+__all__ = ["VIPStage", "VIP_EMBEDDINGS_NAME", "first_batch_rates", "uses_vip"]
+
+VIP_EMBEDDINGS_NAME = "budget_vip_embeddings.npz"
+
+
+def uses_vip(args, allocator=None) -> bool:
+    """Whether the run predicts its rates with VIP's stage: VIP's allocator, by name or given as an object."""
+    from .allocators.vip import VIPAllocator
+
+    return isinstance(allocator, VIPAllocator) or (allocator is None and args.budget_allocator == "vip")
+
+
+def first_batch_rates(args, allocator, prompts: int) -> np.ndarray:
+    """The rates a first batch is allocated from: NaN (unseen), or under VIP every prompt at its prior's rate."""
+    if not uses_vip(args, allocator):
+        return np.full(prompts, np.nan)
+    return np.full(prompts, 1.0 / (1.0 + np.exp(-float(args.vip_prior_mean))))
+
+
+class VIPStage:
+    """The predictor of a run: its embeddings by prompt key, its options, the last batch's predictions.
+
+    Args:
+        predictor_options: `SuccessRatePredictor`'s length_scale, prior_mean and max_observed.
+        source: "policy", or the path of a `.npy` file with a row per training dataset row.
+    """
+
+    def __init__(self, predictor_options: dict, source: str = "policy"):
+        self.predictor_options, self.source = dict(predictor_options), source
+        self.keys: list[str] | None = None  # the dataset's distinct prompt keys, in order of first appearance
+        self.embeddings: np.ndarray | None = None  # a row per key
+        self.last_visit: np.ndarray | None = None  # per key, the batch of its latest rollouts (-1: none yet)
+        self.batches = 0  # batches whose visits are recorded
+
+    @classmethod
+    def for_run(cls, args) -> "VIPStage":
+        return cls(args.predictor_options(), args.vip_embeddings)
+
+    def prepare(self, trainer) -> None:
+        """The dataset's embeddings, once (a restored checkpoint's are kept)."""
+        if self.embeddings is not None:
+            return
+        rows = list(training_rows(trainer))
+        keys = keys_of(rows, trainer.args.prompt_id_column)
+        first_row = {}
+        for row, key in enumerate(keys):
+            first_row.setdefault(key, row)
+        if self.source == "policy":
+            embeddings = trainer.policy_passes.prompt_embeddings([rows[row]["prompt"] for row in first_row.values()])
+        else:
+            embeddings = self._from_file(len(rows))[list(first_row.values())]
+        self.keys, self.embeddings = list(first_row), embeddings
+        self.last_visit = np.full(len(self.keys), -1, dtype=np.int64)
+
+    def _from_file(self, rows: int) -> np.ndarray:
+        embeddings = np.load(self.source, allow_pickle=False)
+        if embeddings.ndim != 2 or embeddings.shape[0] != rows:
+            raise ValueError(f"vip_embeddings={self.source!r} holds an array of shape {embeddings.shape}; it needs a "
+                             f"row per training dataset row ({rows}). Recompute it over the training dataset.")
+        return np.asarray(embeddings, dtype=np.float64)
+
+    def predicted_rates(self, batch_keys: list[str], tracker) -> np.ndarray:
+        """Each batch prompt's success rate: the Gaussian process fitted to the tracked rates of every seen prompt
+        (the most recently visited `max_observed`), predicting the batch."""
+        row_of = {key: row for row, key in enumerate(self.keys)}
+        missing = [key for key in batch_keys if key not in row_of]
+        if missing:
+            raise ValueError(f"prompt {missing[0]!r} of the batch is not in the training dataset VIP embedded: VIP "
+                             "predicts the training prompts' rates from their embeddings.")
+        tracked = tracker.pass_rates(self.keys)
+        seen = np.flatnonzero(~np.isnan(tracked))
+        predictor = SuccessRatePredictor(self.embeddings, **self.predictor_options)
+        if seen.size:
+            predictor.fit(seen, tracked[seen], last_seen=self.last_visit[seen])
+        batch_rows = np.array([row_of[key] for key in batch_keys], dtype=np.int64)
+        return predictor.predict(batch_rows)
+
+    def visited(self, batch_keys: list[str], counts: np.ndarray) -> None:
+        """Record the batch's visits (prompts given rollouts), which choose the observations a bounded fit keeps."""
+        row_of = {key: row for row, key in enumerate(self.keys)}
+        self.last_visit[[row_of[key] for key, count in zip(batch_keys, counts) if count > 0]] = self.batches
+        self.batches += 1
+
+    # ---------------------------------------------------------------------------------------- checkpoints
+
+    def save_files(self, checkpoint: str) -> None:
+        """The embeddings and their keys, written atomically into the checkpoint folder."""
+        if self.embeddings is None:
+            return
+        path = os.path.join(checkpoint, VIP_EMBEDDINGS_NAME)
+        temporary = f"{path}.tmp-{os.getpid()}.npz"
+        np.savez(temporary, keys=np.asarray(self.keys, dtype=str), embeddings=self.embeddings,
+                 last_visit=self.last_visit, batches=np.int64(self.batches))
+        os.replace(temporary, path)
+
+    def load_files(self, checkpoint: str) -> bool:
+        """The checkpoint's embeddings, if it has them (False: they are made again before the next batch)."""
+        path = os.path.join(checkpoint, VIP_EMBEDDINGS_NAME)
+        if not os.path.exists(path):
+            return False
+        try:
+            with np.load(path, allow_pickle=False) as saved:
+                keys, embeddings = [str(key) for key in saved["keys"]], np.asarray(saved["embeddings"], np.float64)
+                last_visit, batches = np.asarray(saved["last_visit"], np.int64), int(saved["batches"])
+        except (OSError, ValueError, KeyError) as error:
+            raise ValueError(f"{path} cannot be read ({type(error).__name__}: {error}). Resume from an earlier "
+                             "checkpoint, or delete the file: the embeddings are then made again from the resumed "
+                             "policy.") from error
+        if embeddings.ndim != 2 or not embeddings.shape[0] == last_visit.size == len(keys):
+            raise ValueError(f"{path} holds {embeddings.shape[0]} embeddings for {len(keys)} prompts. Resume from an "
+                             "earlier checkpoint, or delete the file.")
+        self.keys, self.embeddings, self.last_visit, self.batches = keys, embeddings, last_visit, batches
+        return True
