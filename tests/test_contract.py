@@ -332,3 +332,20 @@ def test_trls_reward_figures_are_over_every_rollout_a_batch_generated(tmp_path, 
         assert entry["rewards/parity_reward/mean"] == pytest.approx(float(generated.mean()), abs=1e-6)
     if "dynamic_sampling" not in rule:  # a rule of several requests a batch took more than one
         assert any(entry["budget/rounds"] > 1 for entry in trainer.state.log_history if "budget/rounds" in entry)
+
+
+def test_spo_goes_on_past_a_reward_outside_its_range_after_the_first_batch(tmp_path, tokenizer):
+    # Before: a 0/1 accuracy with a rare bonus (up to 1.25) passed the check before the first generation and stopped
+    # training at the batch that first gave 1.25, after compute was spent.
+    def with_a_late_bonus(completions, answer, trainer_state, **kwargs):
+        bonus = 0.25 if trainer_state.global_step >= 2 else 0.0
+        return [reward + bonus * reward for reward in parity_reward(completions, answer)]
+
+    with pytest.warns(UserWarning, match=r"a rollout's weighted reward is 1.25, outside \[0, 1\] \(spo_reward_range is "
+                                         r"not set\); SPO counts every such reward as the nearest end of the range"):
+        trainer = train(BudgetGRPOTrainer, BudgetGRPOConfig, tokenizer, tmp_path, reward_funcs=(with_a_late_bonus,),
+                        max_steps=4, budget_allocator="spo")
+    assert trainer.state.global_step == 4
+    shares = [entry["spo/rewards_outside_range"] for entry in trainer.state.log_history
+              if "spo/rewards_outside_range" in entry]
+    assert shares[:1] == [0.0] and max(shares) > 0

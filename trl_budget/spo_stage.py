@@ -50,6 +50,7 @@ class SPOStage:
         self.prior_to_sample = False  # the run samples the priors before its first batch
         self.priors_given = False  # the config names offline scores (a file, a column, or the pre-pass)
         self.other_rule = WITHOUT_SPO  # the fix a refusal of the rewards names
+        self.warned_outside = False  # a reward outside the range after the first batch is warned about once
 
     @classmethod
     def for_run(cls, args, dataset, reward_funcs) -> "SPOStage":
@@ -87,7 +88,8 @@ class SPOStage:
         order) against each prompt's p from before this batch, normalized over the batch; with `is_std_zero` per row,
         as GRPO reports it: whether the row's group (its prompt's rows of the batch) has rewards without spread."""
         row_keys = np.repeat(np.asarray(keys, dtype=object), counts)
-        values = self.shares_of_success(rewards.detach().to(torch.float64).cpu().numpy(), "advantage_baseline='spo'")
+        values = self.shares_of_success(rewards.detach().to(torch.float64).cpu().numpy(), "advantage_baseline='spo'",
+                                        metrics)
         alpha, beta = self.tracker.beta_parameters(row_keys)
         p_hats = alpha / (alpha + beta)
         advantages = spo_advantages(values, p_hats, self.normalize)
@@ -107,11 +109,28 @@ class SPOStage:
                                             "completion_ids": list(map(int, completion))}
                                       for key, (prompt, completion) in responses.items()}}
 
-    def shares_of_success(self, rewards: np.ndarray, who: str) -> np.ndarray:
-        """Weighted rewards as SPO counts them, shares of a success in [0, 1]: mapped from `reward_range`, checked."""
+    def shares_of_success(self, rewards: np.ndarray, who: str, metrics: dict[str, list[float]] | None = None
+                          ) -> np.ndarray:
+        """Weighted rewards as SPO counts them, shares of a success in [0, 1]: mapped from `reward_range`. A reward
+        outside the range is refused before anything has trained; after that, when the run has spent compute, it is
+        clipped to the range, warned about once and counted (`spo/rewards_outside_range`), so that the run goes on."""
         low, high = self.reward_range or (0.0, 1.0)
         rewards = np.asarray(rewards, dtype=np.float64)
-        check_rewards_in_range(rewards, low, high, who, self.reward_range is None, self.other_rule)
+        if not (self.tracker.visits or self.pending is not None):  # the first batch: nothing trained yet
+            check_rewards_in_range(rewards, low, high, who, self.reward_range is None, self.other_rule)
+        else:
+            outside = (rewards < low) | (rewards > high)
+            if outside.any() and not self.warned_outside:
+                self.warned_outside = True
+                declared = "spo_reward_range is not set" if self.reward_range is None else "spo_reward_range"
+                warnings.warn(f"{who}: a rollout's weighted reward is {float(rewards[outside][0])!r}, outside "
+                              f"[{low:g}, {high:g}] ({declared}); "
+                              "SPO counts every such reward as the nearest end of the range, and spo/rewards_outside_"
+                              "range logs their share. Declare the range every weighted reward lies in with "
+                              "spo_reward_range=[low, high] for the next run.", UserWarning, stacklevel=2)
+            if metrics is not None:
+                metrics["spo/rewards_outside_range"].append(float(outside.mean()))
+            rewards = np.clip(rewards, low, high)  # NaN stays NaN: unscored
         return rewards if self.reward_range is None else (rewards - low) / (high - low)
 
     def settle(self, log_probs_of: LogProbsOf, metrics: dict[str, list[float]]) -> None:
