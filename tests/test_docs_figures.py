@@ -674,22 +674,42 @@ def test_the_spo_page_states_the_engine_time_as_measured():
         assert stated in text
 
 
-def test_the_benchmarks_page_states_the_fifth_studys_pilots_as_recorded():
-    first = read("fifth_study/results/pilot.json")["candidates"]["eq-3-4-5-1e-4"]
+def fifth_pilots() -> list[str]:
+    """The fifth study's pilots as the benchmarks' page states them: two of balancing equations, one of brackets."""
+    first = read("fifth_study/results/pilot.json")["candidates"]
     second = read("fifth_study/results/pilot_2.json")["candidates"]
-    text = page("docs/benchmarks.md")
-    assert (f"{first['start_accuracy']:.3f} at the start, {first['uniform_n8']:.3f} with 8 rollouts a prompt, "
-            f"{first['uniform_n16']:.3f} with 16") in text
-    assert (f"({second['eq-3-4-5-5e-4']['uniform_n8']:.3f} and {second['eq-3-4-5-1e-3']['uniform_n8']:.3f} with 8 "
-            "rollouts)") in text
+    assert all(row["qualifies"] is not True for row in [*first.values(), *second.values()])
     third = read("fifth_study/results/pilot_3.json")
     chosen = third["candidates"][third["regime"]["candidate"]]
     low, high = chosen["room_ci95"]
-    assert (f"goes from {chosen['start_accuracy']:.3f} to {chosen['uniform_n8']:.3f} held-out accuracy, "
-            f"{chosen['waste_after_first_epoch']:.0%} of its prompts' rollouts") in text
-    assert f"gain {chosen['room'] * 100:+.2f} [{low * 100:+.2f}, {high * 100:+.2f}] points over 8" in text
-    assert all(row["qualifies"] is not True for row in [*read("fifth_study/results/pilot.json")["candidates"].values(),
-                                                        *second.values()])
+    brackets = [third["warm_start_by_level"][str(level)]["size"] for level in chosen["levels"]]
+    held = first["eq-3-4-5-1e-4"]
+    digits = "{}, {} and {}".format(*"eq-3-4-5-1e-4".split("-")[1:4])
+
+    def rates(candidates: dict) -> str:
+        return " and ".join(dict.fromkeys(rate(row["learning_rate"]) for row in candidates.values()))
+
+    spo_prior = {json.loads(path.read_text())["result"]["spo_prior_rollouts"]
+                 for path in (BENCHMARKS / "fifth_study" / "results" / "run_cache").glob("fifth-arms-pilot-*-spo-4*.json")}
+    (prior,) = spo_prior
+    return [
+        f"{brackets[0]}, {brackets[1]} and {brackets[2]} brackets",
+        f"goes from {chosen['start_accuracy']:.3f} to {chosen['uniform_n8']:.3f} held-out accuracy, "
+        f"{chosen['waste_after_first_epoch']:.0%} of its prompts' rollouts",
+        f"gain {chosen['room'] * 100:+.2f} [{low * 100:+.2f}, {high * 100:+.2f}] points over 8",
+        f"at learning rates {rates(first)} the",
+        f"({digits} digits at {rate(held['learning_rate'])}: {held['start_accuracy']:.3f} at the start, "
+        f"{held['uniform_n8']:.3f} with 8 rollouts a prompt, {held['uniform_n16']:.3f} with 16)",
+        f"at {rates(second)} it falls ({second['eq-3-4-5-5e-4']['uniform_n8']:.3f} and "
+        f"{second['eq-3-4-5-1e-3']['uniform_n8']:.3f} with 8 rollouts)",
+        f"prior generates {prior:,.0f} more rollouts".replace(",", " "),
+    ]
+
+
+def rate(learning_rate: float) -> str:
+    """1e-4 as the pages write a learning rate."""
+    mantissa, exponent = f"{learning_rate:.0e}".split("e")
+    return f"{mantissa}e{int(exponent)}"
 
 
 # The fifth study's page: its tables, row by row, and the figures of its answer.
@@ -886,3 +906,227 @@ def test_every_figure_of_the_spo_pages_account_of_the_study_comes_from_a_stored_
     kin = text[text.index("## Kin"):text.index("## Citation")]
     assert_stated_and_nothing_else(
         kin, [f"groups of 8 gained {gains} over uniform, significant {spo_baseline_in_groups_significant()}"])
+
+
+# The benchmarks' page: every table formatted from its script's stored output, and the prose's figures from the same.
+
+def stored(path: str):
+    return read(path)
+
+
+def ms(milliseconds: float) -> str:
+    return f"{milliseconds / 1e3:.2f} s" if milliseconds >= 1000 else f"{milliseconds:.2f} ms"
+
+
+def allocation_time_rows() -> list[str]:
+    import allocator_speed
+
+    return allocator_speed.markdown_table(stored("allocation_time/results/allocator_speed.json")).splitlines()[2:]
+
+
+def token_cap_rows() -> list[str]:
+    return [f"| {row['allocator'].removesuffix('Allocator')} | {row['cap']:.1f} | {row['token_ratio_uncapped']:.3f} → "
+            f"{row['token_ratio_capped']:.3f} | {row['value_kept']:.3f} | {row['uncapped_ms']:.2f} ms | "
+            f"{row['capped_ms']:.1f} ms ({row['ratio']:.0f}×) |"
+            for row in stored("allocation_time/results/token_cap_speed.json")]
+
+
+def beyond_option_rows() -> list[str]:
+    rows = stored("beyond_options/results/beyond_options.json")["rows"]
+    tokens = rows["uniform"]["completion_tokens_per_batch"]
+
+    def share(value: float) -> str:
+        return "—" if value != value else f"{value:.2f}"  # NaN: no prior
+
+    return [f"| {label} | {row['effective_ratio_first_epoch']:.3f} | {share(row['prior_share_first_epoch'])} | "
+            f"{row['completion_tokens_per_batch']:.0f} ({row['completion_tokens_per_batch'] / tokens:.2f}×) | "
+            f"{row['top_prompt_loss_share']:.3f} | {row['prompts_with_gradient']:.3f} | "
+            f"{row['final_held_out_accuracy']:.3f} |" for label, row in rows.items()]
+
+
+def layout_rows(name: str) -> list[str]:
+    recorded = stored(f"engine_cost/results/{name}.json")["results"]
+    rows = []
+    for path, allocations in recorded.items():
+        for allocation, row in allocations.items():
+            server = path == "server"
+
+            def requests(count: int) -> str:
+                return f" ({count} request{'s' * (count > 1)})" if server and name == "vllm_request_layout" else ""
+
+            cells = [path, allocation, f"{row['ours_median_s'] * 1000:.0f} ms{requests(row['requests_ours'])}",
+                     f"{row['trl_median_s'] * 1000:.0f} ms{requests(row['requests_trl'])}",
+                     f"{row['ratio_median']:.2f} [{row['ratio_min']:.2f}, {row['ratio_max']:.2f}]"]
+            if name == "vllm_request_layout":
+                cells.append(minus(f"{row['extra_us_per_prompt_entry']:.0f} µs"))
+            rows.append("| " + " | ".join(cells) + " |")
+    return rows
+
+
+def layout_prose() -> list[str]:
+    short = stored("engine_cost/results/vllm_request_layout.json")
+    long = stored("engine_cost/results/vllm_request_layout-long.json")["results"]
+    uniform = [allocations["uniform"] for allocations in short["results"].values()]
+    gaps = [(row["ours_median_s"] - row["trl_median_s"]) * 1000 for row in uniform]
+    extra = [row["extra_us_per_prompt_entry"] for row in uniform]
+    every_long = [row for allocations in long.values() for row in allocations.values()]
+    return [f"({short['engine']}, the copy-task model", f"alternating round by round, {short['rounds']} rounds",
+            f"up to {max(row['ratio_median'] for row in uniform) - 1:.0%} more on the uniform allocation",
+            f"differ by {min(gaps):.0f}–{max(gaps):.0f} ms per batch", f"a fixed cost of {min(extra):.0f}–{max(extra):.0f} µs",
+            f"(medians {min(row['ratio_median'] for row in every_long):.2f}–"
+            f"{max(row['ratio_median'] for row in every_long):.2f}, single rounds from "
+            f"{min(row['ratio_min'] for row in every_long):.2f} to {max(row['ratio_max'] for row in every_long):.2f})"]
+
+
+def allocation_prose() -> list[str]:
+    wide = [row for row in stored("allocation_time/results/allocator_speed.json") if row["max_generations"] != 128]
+    (bound,) = {row["max_generations"] for row in wide}
+    return [f"(the N_up {bound:,} rows)"]
+
+
+def beyond_option_prose() -> list[str]:
+    recorded = stored("beyond_options/results/beyond_options.json")
+    rows = recorded["rows"]
+    first_epoch = {label: f"{row['effective_ratio_first_epoch']:.3f}" for label, row in rows.items()}
+    (unprimed,) = {first_epoch[label] for label in rows if "prior" not in label}
+    tokens = {label: row["completion_tokens_per_batch"] for label, row in rows.items()}
+    loss = {label: f"{row['top_prompt_loss_share']:.3f}" for label, row in rows.items()}
+    caps = stored("allocation_time/results/token_cap_speed.json")
+    uncapped = {row["allocator"]: f"{row['token_ratio_uncapped']:.2f}×" for row in caps}
+
+    weighted_change = rows["coba-prompt-weighted"]["top_prompt_loss_share"] / rows["coba"]["top_prompt_loss_share"] - 1
+
+    def kept(cap: float) -> str:
+        values = [row["value_kept"] for row in caps if row["cap"] == cap]
+        return f"{min(values):.1%} to {max(values):.1%}"
+
+    return [
+        f"{recorded['steps']} updates, float32", f"the first column is {unprimed} for all of them",
+        f"lifts the first epoch's effective ratio to {first_epoch['knapsack-column-prior']} "
+        f"({rows['knapsack-column-prior']['effective_ratio_first_epoch'] / rows['uniform']['effective_ratio_first_epoch']:.2f}×)",
+        f"the opposite: {first_epoch['knapsack-group-prior']}.",
+        f"(Knapsack {tokens['knapsack'] / tokens['uniform']:.2f}×, CoBA {tokens['coba'] / tokens['uniform']:.2f}× of uniform's)",
+        f"({tokens['knapsack-token-cap-1.0']:.0f} against {tokens['knapsack']:.0f})",
+        f"cost {uncapped['KnapsackAllocator']} (Knapsack) and {uncapped['CoBAAllocator']} (CoBA)",
+        f"holds them to 1.00 while keeping {kept(1.0)} of the value, or to 0.90 keeping {kept(0.9)}",
+        f"falls from {loss['coba']} to {loss['coba-prompt-weighted']} with CoBA ({minus(f'{weighted_change:.0%}')}) "
+        f"and from {loss['knapsack']} to {loss['knapsack-prompt-weighted']} with Knapsack (uniform's: {loss['uniform']})",
+        "{:.0f}–{:.0f} ms per generation batch".format(min(row["capped_ms"] for row in caps),
+                                                       max(row["capped_ms"] for row in caps)),
+    ]
+
+
+def overhead_prose() -> list[str]:
+    startup = stored("overhead/results/startup_time.json")
+    step = stored("overhead/results/step_overhead.json")
+    tracker = stored("overhead/results/tracker_scale.json")
+    columns = stored("overhead/results/column_checks.json")
+    overhead = step["overhead_vs_GRPOTrainer"]
+    powers = "⁰¹²³⁴⁵⁶⁷⁸⁹"
+    mib = 2 ** 20
+    return [
+        f"median of {startup['repeats']}:",
+        *[f"`{command}` {seconds:.2f} s" for command, seconds in startup["median_seconds"].items()],
+        f"median step time over {step['rounds']} alternating rounds of {step['steps_per_round']} steps",
+        *[f"| {'GRPOTrainer' if kind == 'GRPOTrainer' else f'BudgetGRPOTrainer, {kind}'} | {ms:.1f} ms | "
+          f"{minus(f'{overhead[kind]:+.1%}') if kind in overhead else '—'} |" for kind, ms in step["median_step_ms"].items()],
+        f"10{powers[len(str(tracker['prompts'])) - 1]} prompts",
+        f"{tracker['memory_bytes_per_prompt']:.0f} bytes of memory per prompt",
+        f"written in {tracker['save_seconds']:.2f} s (peak {tracker['save_peak_bytes'] / mib:.0f} MiB), "
+        f"{tracker['state_file_bytes'] / mib:.1f} MiB on disk, read back and checked in {tracker['load_seconds']:.2f} s",
+        f"a shuffled {columns['rows'] // 10 ** 6}-million-row", f"{columns['bulk_seconds']:.2f} s read as Arrow columns",
+        f"against {columns['row_by_row_seconds']:.1f} s reading the same cells",
+    ]
+
+
+def demo_record(folder: Path, kernels: str) -> dict:
+    records = [json.loads(path.read_text()) for path in folder.glob("demo-*.json")]
+    (record,) = [record for record in records if record["machine"]["torch_cpu_capability"] == kernels]
+    return record
+
+
+def paired(figure: dict, name: str, unit: str = "") -> str:
+    """'+2.82 points [+0.67, +4.96]': a demo record's paired figure as the page states it."""
+    from trl_budget.demo.report import format_difference
+
+    diff, low, high = (format_difference(name, value) for value in (figure["diff"], *figure["ci95"]))
+    return f"{diff}{unit} [{low}, {high}]"
+
+
+def demo_prose() -> list[str]:
+    results = BENCHMARKS / "demo" / "results"
+    spo = {kernels: demo_record(results, kernels) for kernels in ("AVX512", "AVX2")}
+    history = {kernels: demo_record(results / "history_pair", kernels) for kernels in ("AVX512", "AVX2")}
+    intel, amd = spo["AVX512"]["machine"], history["AVX512"]["machine"]
+    before = read("demo/results/demo.json")
+    every_seed = all(min(record["paired"]["spo"]["held_out"]["differences"]) > 0 for record in spo.values())
+
+    def seconds(arm: str) -> str:
+        times = [run[2] for run in spo["AVX512"]["run_seconds"] if run[0] == arm]
+        return f"{min(times)} to {max(times)} s"
+
+    def history_figures(kernels: str) -> str:
+        figures = history[kernels]["paired"]["uniform-history"]
+        return f"{paired(figures['effective_ratio'], 'effective_ratio')} and " \
+               f"{paired(figures['held_out'], 'held_out', ' points')}"
+
+    third_cpu = re.search(r"third CPU with AVX-512 \(AMD EPYC family (\d+) model (\d+)\)",
+                          read("demo/results/avx2_kernels.json")["what"])
+    drift = [int(re.search(r"\[(\d+)\]", run["outcome"]).group(1))
+             for run in read("fifth_study/results/retrain_intel_study_code.json")["runs"]]
+    seeds = spo["AVX512"]["seeds"]
+    return [
+        f"seeds ({seeds[0]} to {seeds[-1]})",
+        f"Intel Xeon family {intel['cpu_family']} model {intel['cpu_model']}",
+        f"above uniform's by {paired(spo['AVX512']['paired']['spo']['held_out'], 'held_out', ' points')}",
+        f"by {paired(spo['AVX2']['paired']['spo']['held_out'], 'held_out', ' points')}; "
+        + ("ahead on every seed of both" if every_seed else "(not on every seed)"),
+        f"took {spo['AVX512']['seconds']} s on {spo['AVX512']['machine']['cores']} idle cores "
+        f"(SPO's runs {seconds('spo')}, uniform's {seconds('uniform')}",
+        f"against {spo['AVX512']['summary']['uniform']['effective_ratio_mean']:.3f} of uniform's",
+        f"EPYC family {amd['cpu_family']} model {amd['cpu_model']} with its AVX-512 kernels the history baseline raised "
+        f"the effective ratio by {history_figures('AVX512').replace(' and ', ' and held-out accuracy by ')}",
+        f"with AVX2 kernels by {history_figures('AVX2')}",
+        f"EPYC ({before['cpu'].split(' (')[1]}", f"on the family {amd['cpu_family']} model {amd['cpu_model']}",
+        f"(family {third_cpu.group(1)}, model {third_cpu.group(2)})",
+        f"their first {drift[0]} and {drift[1]} generation batches",
+        f"(seed 0 alone: {before['summary']['uniform-history']['final_accuracy_mean']:.3f} against "
+        f"{before['summary']['uniform']['final_accuracy_mean']:.3f}, effective ratio "
+        f"{before['summary']['uniform-history']['effective_ratio_mean']:.3f} and "
+        f"{before['summary']['uniform']['effective_ratio_mean']:.3f}",
+    ]
+
+
+def study_seeds() -> list[str]:
+    first = {regime: read(f"first_study/results/compare_allocators-{regime}.json")["seeds"] for regime in
+             ("pool", "spread", "small")}
+    twenty = {SECOND["primary"]["seeds"], THIRD["primary"]["seeds"], seeds()}
+    (paired_seeds,) = twenty
+    words = {3: "three", 4: "four", 5: "Five"}
+    return [f"{words[first['pool']]} paired seeds, two regimes", f"small regime ({words[first['small']]} seeds)",
+            f"{paired_seeds} paired seeds"]
+
+
+# Settings and definitions the benchmarks' page states, not results: each script's layout, the task's lengths, names.
+BENCHMARK_SETTINGS = (
+    "AVX-512", "AVX2", "k/16", "16 rollouts", "[0, 1]", "near-0 and near-1",  # kernels' and rules' names
+    "2-core CPU", "95% interval", "groups make 0",  # the machine; the intervals' level; a group's mean advantage
+    # the first study's regime (beyond_options.py) and what follows from it: 1 500 / 64 and 480 / 8 batches
+    "(64 prompts × 8 per generation batch, 8 updates per batch, N in [2, 128], a pool of 1 500 problems",
+    "the first 23 of 60 generation batches", "8 samples", "solved 2 rollouts", "p = 1/3", "(2×1 digits)",
+    "answers are 2–4 tokens", "a cap at 1.0",  # the arithmetic task's answers; the cap's setting
+    # token_cap_speed.py's and vllm_request_layout.py's layouts, step_overhead.py's model, tracker_scale.py's visits
+    "512 prompts, k/16 pass rates, 8 192 rollouts, lengths log-normal around 300 tokens", "median of 7",
+    "of 512 prompts", "one batch of 512 rollouts", "n=1", "the 448 extra prompt entries", "64 prompts × 8",
+    "4 × 98 + 60 × 2", "1–4 tokens", "128 tokens", "512 entries instead of 64", "(32 hidden units, 1 layer)",
+    "32 rollouts per step", "(16-rollout pools), two visits of 8 rollouts each",
+    "per 512 rollouts", "`first_study/` to `fifth_study/`", "pilot 3", "4 paired seeds",
+)
+
+
+def test_every_figure_on_the_benchmarks_page_comes_from_a_stored_result():
+    tables = [*allocation_time_rows(), *token_cap_rows(), *beyond_option_rows(),
+              *layout_rows("vllm_request_layout"), *layout_rows("vllm_request_layout-long")]
+    expected = [*tables, *allocation_prose(), *beyond_option_prose(), *layout_prose(), *overhead_prose(),
+                *fifth_pilots(), *demo_prose(), *study_seeds()]
+    assert_stated_and_nothing_else(page("docs/benchmarks.md"), expected, (*BENCHMARK_SETTINGS, *study_settings()))
