@@ -1130,3 +1130,125 @@ def test_every_figure_on_the_benchmarks_page_comes_from_a_stored_result():
     expected = [*tables, *allocation_prose(), *beyond_option_prose(), *layout_prose(), *overhead_prose(),
                 *fifth_pilots(), *demo_prose(), *study_seeds()]
     assert_stated_and_nothing_else(page("docs/benchmarks.md"), expected, (*BENCHMARK_SETTINGS, *study_settings()))
+
+
+# The first study's page: its three regimes' tables from the study's own table function, the prose from the same runs.
+
+def first_study(regime: str) -> dict:
+    return read(f"first_study/results/compare_allocators-{regime}.json")
+
+
+def small_regime_rows() -> list[str]:
+    def spread(row: dict, name: str) -> str:
+        return f"{row[f'{name}_mean']:.3f} ± {row[f'{name}_std']:.3f}"
+
+    return [f"| {label.replace('-no-fallback', ' without fallback')} | {spread(row, 'final_accuracy')} | "
+            f"{spread(row, 'final_train_accuracy')} | {spread(row, 'effective_ratio')} | "
+            f"{row['effective_ratio_vs_uniform']:.2f}× |" for label, row in first_study("small")["summary"].items()]
+
+
+def first_study_regime() -> list[str]:
+    """The regime's settings as the page states them, from the runs' own record of them."""
+    pool, small = first_study("pool"), first_study("small")
+    rl, ws = pool["rl"], pool["warm_start"]
+    rollouts = rl["steps"] // rl["updates_per_batch"] * rl["prompts_per_step"] * rl["num_generations"]
+    per_run = f"{rollouts:,}".replace(",", " ")
+    assert {run["rollouts_spent"] for regime in ("pool", "spread", "small")
+            for run in first_study(regime)["summary"].values()} == {rollouts}
+    batches, epoch = rl["steps"] // rl["updates_per_batch"], rl["train_prompts"] // rl["prompts_per_step"]
+    s = small["rl"]
+    return [
+        f"{rl['prompts_per_step']} prompts × {rl['num_generations']} rollouts on average per generation batch, "
+        f"{rl['updates_per_batch']} optimizer updates per batch",
+        f"each prompt between {rl['min_generations']} and {rl['max_generations']} rollouts — on a pool of "
+        f"{rl['train_prompts']:,} problems of three levels".replace(",", " "),
+        f"{rl['steps']} updates = {batches} generation batches = {per_run} rollouts per run",
+        f"learning rate {rate(rl['learning_rate'])}, temperature {rl['temperature']:.0f}.",
+        f"(`probe_generations={rl['min_generations']}`", f"probe stage of {rl['min_generations']} rollouts per prompt",
+        f"**Seeds**: 0–{pool['seeds'] - 1},",
+        f"final held-out accuracy ({rl['eval_prompts']} problems of the pool's levels, exact match, mean of "
+        f"{rl['eval_samples']} samples at temperature {rl['temperature']:.0f})",
+        f"Results ({pool['seeds']} paired seeds, {per_run} rollouts per run, warm start at "
+        f"{pool['summary']['uniform']['start_accuracy']:.3f} held-out",
+        f"(held-out {pool['summary']['uniform']['start_accuracy']:.3f} at the start, {rl['eval_samples']} samples at "
+        f"temperature {rl['temperature']:.0f})",
+        f"for the first epoch ({epoch} of {batches} batches)", f"until batch {epoch + 1}",
+        f"CoBA-RL, {first_study('spread')['seeds']} paired seeds",
+        f"(about {small['seconds'] / 60:.0f} minutes;", f"(held-out accuracy {small['summary']['uniform']['start_accuracy']:.3f} on this",
+        f"{small['seeds']} seeds each, {s['steps']} steps of {s['prompts_per_step']} prompts × {s['num_generations']} "
+        f"rollouts on average ({per_run} rollouts per run), accuracy = exact match averaged over {s['eval_samples']} "
+        f"samples at temperature {s['temperature']:.0f} on {s['eval_prompts']} held-out problems and on the "
+        f"{s['train_prompts']} training problems",
+        f"returns every {s['train_prompts'] // s['prompts_per_step']} steps, so its pass rate is from a policy "
+        f"{s['train_prompts'] // s['prompts_per_step']} updates old",
+        f"The tiny model ({ws['num_layers']} layers, {ws['hidden_size']} wide) memorises the {s['train_prompts']} training",
+    ]
+
+
+def first_study_prose() -> list[str]:
+    from trl_budget.allocators import CoBAAllocator
+
+    pool, spread, small = (first_study(regime)["summary"] for regime in ("pool", "spread", "small"))
+    rivals = [row for label, row in pool.items() if label != "uniform"]
+    matched = [row["uniform_rollouts_ratio"] for row in rivals]
+    released = [pool[label]["effective_ratio_mean"] for label in ("knapsack", "coba", "knapsack-no-fallback")]
+    share = pool["uniform"]["effective_ratio_mean"]
+    above = [label for label, row in pool.items() if label != "uniform" and row["final_accuracy_ci95"][0] > 0]
+    knapsack, coba_probe = pool["knapsack"], pool["coba-probe2"]["final_accuracy_diff"] * 100
+    failure = 1 - small["uniform"]["start_train_accuracy"]
+    alpha, beta = CoBAAllocator().beta_parameters([0.5], failure)
+    trained = [abs(small[label]["final_train_accuracy_diff"]) for label in ("knapsack", "knapsack-no-fallback")]
+    assert max(trained) < 0.01 and small["coba"]["final_train_accuracy_diff"] < -0.01  # "within 1 point ... except CoBA"
+    return [
+        "above zero — no variant" if not above else f"above zero — {', '.join(above)}",
+        f"within {min(matched):.2f}–{max(matched):.2f}× of its budget", f"(at most {max(row['effective_ratio_vs_uniform'] for row in rivals):.2f}×)",
+        f"spends {share:.0%} of its rollouts", f"more than 1/{share:.2f} = {1 / round(share, 2):.2f}×",
+        f"lift it to {min(released):.2f}–{max(released):.2f}",
+        f"ratio *below* uniform's ({pool['knapsack-probe2']['effective_ratio_mean']:.3f}) and loses "
+        f"{-pool['knapsack-probe2']['final_accuracy_diff'] * 100:.1f} points",
+        f"the highest ratio ({pool['coba-probe2']['effective_ratio_mean']:.3f}) and the lowest accuracy "
+        f"({minus(f'{coba_probe:+.1f}')} points)",
+        "(−{:.1f} point [{}, {}])".format(-knapsack["final_accuracy_diff"] * 100,
+                                          *[minus(f"{bound * 100:+.1f}") for bound in knapsack["final_accuracy_ci95"]]),
+        f"with a gradient by {knapsack['effective_ratio_vs_uniform'] - 1:.0%}",
+        f"under uniform ({spread['uniform']['effective_ratio_mean']:.3f})",
+        f"(up to {max(row['effective_ratio_vs_uniform'] for row in spread.values()):.2f}×)",
+        f"(it starts at {spread['uniform']['start_accuracy']:.3f}), while the training set rises from "
+        f"{spread['uniform']['start_train_accuracy']:.3f} to {spread['uniform']['final_train_accuracy_mean']:.3f}",
+        f"met with the release's rules ({small['knapsack']['effective_ratio_vs_uniform']:.2f}×)",
+        f"the release's rule gives {small['knapsack']['effective_ratio_vs_uniform']:.2f}×",
+        "after {} rollouts instead of {}, {:.2f}×; without fallback, uniform's final training-set accuracy after {}".format(
+            *[f"{value:,}".replace(",", " ") for value in (small["knapsack"]["rollouts_to_uniform_final_accuracy"],
+                                                           small["uniform"]["rollouts_spent"])],
+            small["uniform"]["rollouts_spent"] / small["knapsack"]["rollouts_to_uniform_final_accuracy"],
+            f"{small['knapsack-no-fallback']['rollouts_to_uniform_final_train_accuracy']:,}".replace(",", " ")),
+        f"rises from {small['uniform']['start_train_accuracy']:.2f} to {small['uniform']['final_train_accuracy_mean']:.2f} "
+        f"while held-out accuracy dips from {small['uniform']['start_accuracy']:.2f} and ends near "
+        f"{small['uniform']['final_accuracy_mean']:.2f}",
+        f"lifts the ratio from {small['knapsack']['effective_ratio_vs_uniform']:.2f}× to "
+        f"{small['knapsack-no-fallback']['effective_ratio_vs_uniform']:.2f}×",
+        f"CoBA's ratio is {small['coba']['effective_ratio_vs_uniform']:.2f}×",
+        f"failure rate of about {failure:.1f} its Beta density (α ≈ {alpha:.1f}, β ≈ {beta:.1f})",
+    ]
+
+
+# Definitions the first study's page states: the releases' batch shapes, the papers' targets, the task's levels.
+FIRST_STUDY_DEFINITIONS = (
+    "(Knapsack RL's release: 256 × 8, 8 updates; CoBA-RL's: 256 × 16, 2 updates)", "(2+1 digits, 2+2, 2×1)",
+    "3+3 level", "history weight 0.5", "uniform needing ≥ 1.5× the rollouts", "effective ratio ≥ 1.4×",
+    "effective ratio ≥ 1.2× for Knapsack", "95% t interval", "95% interval", "(95% CI)",
+    "1.5–7B models", "instead of the last 10", "0/2 half of the time", "2/2 half of the time", "solved 30% of the time",
+    "solved 70% of the time", "after 8 scored rollouts", "at 8 rollouts", "with 2 rollouts", "from 2 rollouts",
+    "two probe rollouts", "p = 0 prompts", "within 1 point", "3-digit + 3-digit", "bf16", "float32", "below 1×",
+    "stays 0",  # `probe_generations`'s default
+)
+
+
+def test_every_figure_on_the_first_study_page_comes_from_a_stored_result():
+    import compare_allocators
+
+    tables = [line.replace("| knapsack-probe2-shrunk |", "| knapsack-probe2-shrunk (exploratory) |")  # added after
+              for regime in ("pool", "spread")                                                  # the results
+              for line in compare_allocators.markdown_table(first_study(regime)["summary"]).splitlines()[2:]]
+    expected = [*tables, *small_regime_rows(), *first_study_regime(), *first_study_prose()]
+    assert_stated_and_nothing_else(page("docs/studies/first.md"), expected, FIRST_STUDY_DEFINITIONS)
