@@ -1252,3 +1252,172 @@ def test_every_figure_on_the_first_study_page_comes_from_a_stored_result():
               for line in compare_allocators.markdown_table(first_study(regime)["summary"]).splitlines()[2:]]
     expected = [*tables, *small_regime_rows(), *first_study_regime(), *first_study_prose()]
     assert_stated_and_nothing_else(page("docs/studies/first.md"), expected, FIRST_STUDY_DEFINITIONS)
+
+
+# The second study's page: the pilot's table and the study's from their records, the prose from the same.
+
+PILOT = read("second_study/results/study_pilot.json")
+
+
+def pilot_rows() -> list[str]:
+    from study_pilot import CANDIDATES
+
+    chosen = SECOND["preregistered"]["pilot_candidate"]
+    rows = []
+    for name, row in PILOT["candidates"].items():
+        learning_rate, problems, updates = CANDIDATES[name][:3]
+        label = f"pool{'' if problems == 1500 else f' of {problems}'}, constant {rate(learning_rate)}, {updates} updates"
+        cells = [f"**{label}**" if name == chosen else label, f"{row['start_accuracy']:.3f}", f"{row['uniform_1x']:.3f}",
+                 f"{row['uniform_2x']:.3f}", minus(f"{row['room'] * 100:+.1f} points (SD {row['room_paired_sd'] * 100:.1f})"),
+                 "passes" if row["passes_room_gate"] else "fails", "yes" if row["uniform_1x_above_start"] else "no",
+                 f"{row['rollouts_without_gradient']:.2f}", f"{row['batches_from_history']:.2f}"]
+        rows.append("| " + " | ".join(cells) + " |")
+    return rows
+
+
+def pilot_curve(steps: tuple[int, ...]) -> list[float]:
+    """The chosen rate's mean curve over the pilot's seeds, from its longest stored runs."""
+    runs = [json.loads(path.read_text())["result"] for path in
+            (BENCHMARKS / "second_study" / "results" / "run_cache").glob("pilot-pool-constant-0.0001-1920-*.json")]
+    assert len(runs) == PILOT["seeds"]
+    return [float(np.mean([accuracy_at(run, step) for run in runs])) for step in steps]
+
+
+def signed(share: float, digits: int = 2) -> str:
+    """A share in points with its sign, as the pages write it: '+0.38', '−0.31'."""
+    return minus(f"{share * 100:+.{digits}f}")
+
+
+def thousands(value: float) -> str:
+    return f"{value:,.0f}".replace(",", " ")
+
+
+def second_study_prose() -> list[str]:
+    from trl_budget.demo.settings import RLSettings
+
+    study, pilot, chosen = RLSettings.study(), PILOT["candidates"], PILOT["candidates"]["pool-constant-0.0001-960"]
+    batches, epoch = study.steps // study.updates_per_batch, study.train_prompts // study.prompts_per_step
+    rollouts = batches * study.prompts_per_step * study.num_generations
+    start, dip, middle, end, longest = pilot_curve((0, 60, 480, 960, 2 * study.steps))
+    primary, gate, variants = SECOND["primary"], SECOND["primary"]["room_gate"], SECOND["variants"]
+    without = primary["without_pilot_seeds"]
+    match = variants["knapsack"]["uniform_rollouts_to_match"]
+    levels = ("level_1", "level_3", "level_4")
+
+    def per_level(label: str, digits: int = 2) -> list[str]:
+        return [minus(f"{variants[label]['per_level_vs_uniform'][level] * 100:+.{digits}f}") for level in levels]
+
+    def bonferroni(label: str) -> str:
+        return minus(comparison_cells(variants[label]["vs_uniform"])["bonferroni"])
+
+    knapsacks = [label for label in variants if label.startswith("knapsack")]
+    cobas = [label for label in variants if label.startswith("coba")]
+    allocators = knapsacks + cobas
+
+    def span(labels: list[str], name: str, form: str) -> str:
+        values = [variants[label][name] for label in labels]
+        return f"{min(values):{form}}–{max(values):{form}}"
+
+    seeds_n, powers = primary["seeds"], str.maketrans("0123456789", "⁰¹²³⁴⁵⁶⁷⁸⁹")
+    coba, weighted = variants["coba"], variants["coba-prompt-weighted"]
+    prompts_dropped = [1 - variants[label]["prompts_with_gradient"] / variants["uniform"]["prompts_with_gradient"]
+                       for label in knapsacks]
+    losses = [-variants[label]["vs_uniform"]["diff"] * 100 for label in cobas]
+    return [
+        f"uniform, {SECOND['primary']['seeds']} paired seeds, a regime with room",
+        f"held-out problems (mean of the last three evaluations), uniform at the budget and at twice it, seeds "
+        f"0–{PILOT['seeds'] - 1} paired",
+        f"a pool of 400 problems at 1e-4 ({pilot['pool400-constant-0.0001']['batches_from_history']:.0%} of batches",
+        f"allocate {chosen['batches_from_history']:.0%} of batches from history",
+        f"with a budget of {study.steps} updates ({thousands(rollouts)} rollouts) against {thousands(2 * study.steps)}.",
+        f"deeper; {dip:.2f} after 60 updates at 1e-4)",
+        f"{start:.3f} → {dip:.3f} (update 60) → {middle:.3f} (480) → {end:.3f} (960) → {longest:.3f} ({thousands(2 * study.steps)})",
+        f"the mean of the last three evaluations {chosen['uniform_1x']:.3f} at 960 updates and {chosen['uniform_2x']:.3f} "
+        f"at {thousands(2 * study.steps)}",
+        f"(room {chosen['room'] * 100:+.2f} points against the 3 asked, uniform "
+        f"{chosen['uniform_1x'] - chosen['start_accuracy']:.4f} above its start, {chosen['rollouts_without_gradient']:.0%} "
+        f"of rollouts without a gradient, {chosen['batches_from_history']:.0%} of batches allocated from history)",
+        f"the pool of {thousands(study.train_prompts)} problems (2+1, 2+2, 2×1), {study.prompts_per_step} prompts × "
+        f"{study.num_generations} rollouts on average per generation batch, {study.updates_per_batch} updates per batch, "
+        f"N between {study.min_generations} and {study.max_generations}, float32, constant {rate(study.learning_rate)} "
+        f"after {study.warmup_steps} warm-up steps, {study.steps} updates ({thousands(rollouts)} rollouts; "
+        f"{batches - epoch} of {batches} batches allocated from history — registered as {batches - epoch - 1}: the first "
+        f"epoch is {epoch} full batches, TRL's sampler dropping the {study.train_prompts - epoch * study.prompts_per_step} "
+        f"prompts that do not fill a {epoch + 1}th)",
+        f"on {thousands(study.eval_prompts)} held-out problems, the mean of the last three evaluations (updates "
+        f"{study.steps - 2 * study.eval_every}, {study.steps - study.eval_every}, {study.steps})",
+        f"**Seeds**: 0–{seeds_n - 1}, paired. Seeds 0–{PILOT['seeds'] - 1}",
+        f"on seeds {PILOT['seeds']}–{seeds_n - 1} alone the primary is {signed(without['diff'], 3)} point "
+        f"[{signed(without['ci95'][0])}, {signed(without['ci95'][1])}], exact p = {without['p']:.2f}",
+        f"**Minimal detectable effect at 80% power: {primary['mde80'] * 100:.2f} point**",
+        f"pilot's paired SD ({SECOND['preregistered']['pilot_paired_sd'] * 100:.2f} point",
+        f"one family of {len(SECOND['holm_family'])})",
+        f"**Primary answer ({seeds_n} paired seeds, {thousands(SECOND['budget_rollouts'])} rollouts per run, start "
+        f"{SECOND['start_accuracy']:.3f}):",
+        f"**{signed(primary['diff'])} point, 95% interval [{signed(primary['ci95'][0])}, {signed(primary['ci95'][1])}]**, "
+        f"exact sign-flip p = "
+        f"{primary['p']:.3f} (all 2{str(seeds_n).translate(powers)} sign patterns) (uniform "
+        f"{variants['uniform']['metric_mean']:.4f}, Knapsack {variants['knapsack']['metric_mean']:.4f})",
+        f"sized to find {primary['mde80'] * 100:.2f} point 80% of the time; the paired SD it met, "
+        f"{variants['knapsack']['vs_uniform']['paired_sd'] * 100:.2f} point, is larger than the pilot's "
+        f"{SECOND['preregistered']['pilot_paired_sd'] * 100:.2f}, so its power was 80% at {primary['mde80_observed'] * 100:.2f} point",
+        f"excludes any gain above {primary['ci95'][1] * 100:.2f} point",
+        f"gains **{interval(gate).replace(' [', ' points [')}**, just short of the {gate['required'] * 100:.0f} asked (the pilot's four seeds "
+        f"gave {chosen['room'] * 100:+.2f}): the answer stands beside a gate missed by {(gate['required'] - gate['diff']) * 100:.2f} point",
+        f"uniform needs **{match['ratio']:.2f}× [{match['ci95'][0]:.2f}, {match['ci95'][1]:.2f}]** of its budget",
+        f"worth at most about {match['ci95'][1]:.1f} of uniform's",
+        f"(over the {batches - epoch} allocated batches)", f"over the {batches - epoch} allocated batches;",
+        f"rose from {variants['uniform']['effective_ratio']:.3f} to {variants['knapsack']['effective_ratio']:.3f} "
+        f"({variants['knapsack']['effective_ratio_vs_uniform']:.2f}×), the share of *prompts* with a gradient fell from "
+        f"{variants['uniform']['prompts_with_gradient']:.3f} to {variants['knapsack']['prompts_with_gradient']:.3f}",
+        f"({variants['uniform']['top_prompt_loss_share']:.3f} → {variants['knapsack']['top_prompt_loss_share']:.3f}); "
+        f"completion tokens unchanged ({variants['knapsack']['completion_tokens_vs_uniform']:.3f}×)",
+        "Knapsack minus uniform is {} point on 2+1, {} on 2+2 and {} on 2×1, while doubling uniform's rollouts gives {}, {} "
+        "and {}".format(*per_level("knapsack"), *per_level("uniform-2x", 1)),
+        f"(each minus uniform, {seeds_n} paired seeds;", f"at 1 − 0.05/{len(SECOND['holm_family'])} each",
+        f"CoBA's {coba['uniform_rollouts_to_match']['ratio']:.2f}× means",
+        "Without the fallback {}; with the column prior (each prompt's warm-start solve rate) {}; with the token cap {}".format(
+            *[f"{variants[label]['vs_uniform']['diff'] * 100:+.2f}" + (" point" if label.endswith("fallback") else "")
+              for label in ("knapsack-no-fallback", "knapsack-column-prior", "knapsack-token-cap")]),
+        f"tokens {variants['knapsack-token-cap']['completion_tokens_vs_uniform']:.2f}×); with the prompt-weighted loss "
+        f"{signed(variants['knapsack-prompt-weighted']['vs_uniform']['diff'])}",
+        f"is the largest, {interval(variants['knapsack-group-prior']['vs_uniform'])} before correction and "
+        f"{bonferroni('knapsack-group-prior')} (Bonferroni), Holm p = "
+        f"{variants['knapsack-group-prior']['vs_uniform']['holm']['p_holm']:.2f} after it",
+        f"**CoBA-RL loses, clearly: {points(coba['vs_uniform']['diff'])} points {bonferroni('coba')} (Bonferroni), and "
+        f"{points(weighted['vs_uniform']['diff'])} {bonferroni('coba-prompt-weighted')} with the prompt-weighted loss.**",
+        f"as much as any variant ({coba['effective_ratio']:.2f}), but only {coba['prompts_with_gradient']:.0%} of prompts "
+        f"carry a gradient against {variants['uniform']['prompts_with_gradient']:.0%} under uniform",
+        f"leaves the rest at {study.min_generations} rollouts",
+        f"takes {coba['top_prompt_loss_share']:.0%} of the loss. The prompt-weighted loss cuts that to "
+        f"{weighted['top_prompt_loss_share']:.1%} and wins back "
+        f"{(weighted['vs_uniform']['diff'] - coba['vs_uniform']['diff']) * 100:.1f} points; the coverage "
+        f"({weighted['prompts_with_gradient']:.0%})",
+        "(−{:.1f} and −{:.1f} points, −{:.1f} on 2×1)".format(
+            *[-coba["per_level_vs_uniform"][level] * 100 for level in levels]),
+        f"with a gradient ({span(allocators, 'effective_ratio_vs_uniform', '.2f')}×)",
+        f"({span(knapsacks, 'prompts_with_gradient', '.2f')} for Knapsack, {span(cobas, 'prompts_with_gradient', '.2f')} "
+        f"for CoBA, against {variants['uniform']['prompts_with_gradient']:.2f})",
+        f"lose {min(losses):.0f}–{max(losses):.0f} points", f"drop {min(prompts_dropped) * 100:.0f}–{max(prompts_dropped):.0%} of them",
+        f"comparison's {primary['diff'] * 100:+.2f} point is not",
+        f"All {len(list((BENCHMARKS / 'second_study' / 'results' / 'run_cache').glob('study-*.json')))} runs",
+    ]
+
+
+SECOND_STUDY_DEFINITIONS = (
+    "95% t interval", "(95% CI)", "(2+1, 2+2, 2×1)", "2e-4 and 4e-4, 480 updates", "1e-4 and 5e-5 on the same pool",
+    "5e-5, 1e-4 and 2e-4", "(≥ +3 points)", "(2× − 1×)", "| uniform 1× | uniform 2× |", "must end above the start",
+    "at 1×", "16 warm-up steps", "recovered to the start by 960 updates", "At 960 updates",
+    "960 updates of the 1 500-problem pool", "1 920-update run's first half is its 960-update run", "the 960-update runs",
+    "≥ 3 points", "test at 0.05", "(8 samples)", "token cap 1.0", "2×-minus-1×", "p = 1/3", "2×1", "on 2+1",
+    "below 1×", "within a point", "p = 0 and", "the 3 asked", "constant 1e-4 for 960 updates**", "at 1e-4 uniform's",
+    "8 samples", "float32", "greedy accuracy on 1 000", "1× above start", "temperature 1", "uniform-2x",
+)
+
+
+def test_every_figure_on_the_second_study_page_comes_from_a_stored_result():
+    import allocation_study
+
+    tables = allocation_study.markdown_table(SECOND).splitlines()[2:] + pilot_rows()
+    assert_stated_and_nothing_else(page("docs/studies/second.md"), [*tables, *second_study_prose()],
+                                   SECOND_STUDY_DEFINITIONS)
