@@ -1421,3 +1421,178 @@ def test_every_figure_on_the_second_study_page_comes_from_a_stored_result():
     tables = allocation_study.markdown_table(SECOND).splitlines()[2:] + pilot_rows()
     assert_stated_and_nothing_else(page("docs/studies/second.md"), [*tables, *second_study_prose()],
                                    SECOND_STUDY_DEFINITIONS)
+
+
+# The third study's page: the coverage replay's table, the arms' tables and the mechanism's, from their records.
+
+REPLAY = read("third_study/results/coverage_replay.json")
+NUMBER_WORDS = {2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 10: "ten", 12: "twelve"}
+
+
+def replay_label(rule: str, row: dict) -> str:
+    chosen = REPLAY["chosen"]
+    if rule.startswith("uniform"):
+        label = rule.replace("n=", "n = ")
+        return label if row["generated"] == REPLAY["budget"] else f"{label} ({thousands(row['generated'])} generated)"
+    if rule.startswith("reinforce_ada"):
+        label = rule.replace("reinforce_ada", "Reinforce-Ada").replace("_", "-").replace("K=", "K = ")
+        return f"{label} ({row['trained']:.0f} trained)"
+    label = "rounds " + rule.replace("<=", "≤")
+    matches = (f"first {chosen['budget_first_round_generations']}, +{chosen['budget_round_generations']} a round, "
+               f"<= {chosen['max_generations']}")
+    return f"{label} (chosen)" if rule.endswith(matches) else label
+
+
+def rounds_cell(rounds: float) -> str:
+    return "1" if rounds == 1 else f"{rounds:.1f}"
+
+
+def replay_rows(text: str) -> list[str]:
+    """The replay's rows the page shows (it shows some; a changed label leaves its row's figures untied)."""
+    rows = [f"| {replay_label(rule, row)} | {row['coverage']:.3f} | {row['gradient_rollouts']:.0f} | "
+            f"{rounds_cell(row['rounds'])} |" for rule, row in REPLAY["rules"].items()]
+    shown = [line for line in rows if line in text]
+    assert len(shown) >= 9
+    return shown
+
+
+def third_arm_rows() -> list[str]:
+    arms = THIRD["arms"]
+
+    def p_cell(p: float) -> str:
+        return "<0.0001" if p < 0.0001 else f"{p:.4f}"
+
+    def label(arm: str) -> str:
+        return f"{arm} (primary)" if arm == "rounds-uniform" else arm
+
+    def bonferroni(test: dict) -> str:
+        return minus(comparison_cells(test)["bonferroni"]) if "holm" in test else "—"
+
+    rows = []
+    for arm, row in arms.items():
+        test = row.get("vs_uniform_n8")
+        versus = [shown(test), p_cell(test["p"]), p_cell(test["holm"]["p_holm"]) if "holm" in test else "—",
+                  bonferroni(test)] if test else ["—"] * 4
+        rows.append(f"| {label(arm)} | {row['metric_mean']:.4f} | " + " | ".join(versus) +
+                    f" | {row['gradient_rollouts']:.0f} | {row['coverage']:.3f} | {row['top_prompt_loss_share']:.3f} | "
+                    f"{row['generated_per_trained']:.0f} | {rounds_cell(row['rounds'])} |")
+    primary_table = ("uniform-n8", "uniform-n16", "rounds-uniform")
+    names = {"uniform-n16": "uniform-n16 (1 024 generated)", "rounds-uniform": "rounds until mixed, uniform"}
+    for arm in primary_table:
+        row, test = arms[arm], arms[arm].get("vs_uniform_n8")
+        rows.append(f"| {names.get(arm, arm)} | {row['metric_mean']:.4f} | {shown(test) if test else '—'} | "
+                    f"{row['gradient_rollouts']:.0f} | {row['coverage']:.3f} | {row['top_prompt_loss_share']:.3f} | "
+                    f"{rounds_cell(row['rounds'])} | {row['seconds']:.0f} |")
+    return rows
+
+
+def mechanism_rows() -> list[str]:
+    error, dose = THIRD["dose_response"]["prediction_error"], THIRD["dose_response"]
+    arms = dose["gradient_rollouts"]["arms"]
+
+    def miss(group: str, predictor: str) -> str:
+        row = error[group][predictor]
+        low, high = row["ci95"]
+        return f"{row['rms_miss'] * 100:.2f} [{low * 100:.2f}, {high * 100:.2f}] | {row['arms_missed_by_over_0_8_point']} of "
+
+    rows = [f"| {name} | {miss(group, 'coverage')}{count} | {miss(group, 'gradient_rollouts')}{count} | "
+            f"{error[group]['coverage_misses_less_share']:.0%} |"
+            for name, group, count in (("all six", "all_arms", len(arms)), ("without CoBA-RL", "without_coba", len(arms) - 1))]
+    for arm in arms:
+        by = {predictor: dose[predictor]["arms"][arm] for predictor in ("gradient_rollouts", "coverage")}
+        rows.append(f"| {arm} | {signed(by['coverage']['measured'])} | " + " | ".join(
+            f"{signed(by[predictor]['predicted'])} | {interval(by[predictor] | {'diff': by[predictor]['difference']})}"
+            for predictor in ("gradient_rollouts", "coverage")) + " |")
+    return rows
+
+
+def third_study_prose() -> list[str]:
+    arms, primary, gate = THIRD["arms"], THIRD["primary"], THIRD["primary"]["room_gate"]
+    registered, start = THIRD["preregistered"], REPLAY["start"]
+    low, high = registered["seeds"]
+    n_seeds, chosen = high - low + 1, REPLAY["chosen"]
+    dose = THIRD["dose_response"]
+    positive = arms["reinforce-ada-positive"]
+    server = read("engine_cost/results/rounds_engine_cost.json")["modes"]["server"]["arms"]["rounds-uniform"]
+    until_mixed = [rule for rule in REPLAY["rules"] if rule.startswith("until mixed: ")]
+    settings = registered["arms"]["reinforce-ada-positive"][2]
+    coverage = {arm: f"{arms[arm]['coverage']:.0%}" for arm in ("rounds-uniform", "uniform-n16", "uniform-n8")}
+    return [
+        f"{len(registered['arms'])} arms × {n_seeds} paired seeds ({low}–{high}, fresh), the second study's regime and "
+        f"metric, {registered['budget_updates']} updates in every arm",
+        f"(MDE at 80% power {registered['mde80'] * 100:.2f} point",
+        f"at least {registered['room_gate']['at_least'] * 100:.0f} point with an interval above 0; "
+        f"{NUMBER_WORDS[len(registered['secondary'])]} secondaries",
+        f"by `python benchmarks/third_study/coverage_replay.py`: {REPLAY['samples']} answers at temperature "
+        f"{REPLAY['temperature']:.0f}",
+        f"({REPLAY['prompts_per_batch']} prompts, {REPLAY['shuffles']} shuffles, a prompt's first visit). At the start "
+        f"{start['share_all_fail_of_8']:.0%} of prompts fail all of their first 8 answers; "
+        f"{start['share_never_solved_in_64']:.1%} fail all {REPLAY['samples']}.",
+        f"| rule ({REPLAY['budget']} rollouts generated per batch unless said) |",
+        f"chose first {chosen['budget_first_round_generations']}, +{chosen['budget_round_generations']} a round, at most "
+        f"{chosen['max_generations']} per prompt",
+        "({:.0f} against {:.0f} per batch)".format(chosen["gradient_rollouts"], REPLAY["rules"]["uniform n=8"]["gradient_rollouts"]),
+        f"about {chosen['rounds']:.0f} engine requests per batch. All {NUMBER_WORDS[len(until_mixed)]} settings",
+        f"(complete: {primary['seeds']} paired seeds)",
+        f"at {REPLAY['budget']} rollouts generated per batch: {signed(primary['diff'])} point of greedy held-out accuracy, "
+        f"95% interval [{signed(primary['ci95'][0])}, {signed(primary['ci95'][1])}], exact sign-flip p = {primary['p']:.3f}, "
+        f"{primary['seeds']} paired seeds.**",
+        f"sized for {primary['mde80'] * 100:.2f} point at 80% power from the second study's paired SD "
+        f"({registered['second_study_paired_sd'] * 100:.2f}); this comparison's own paired SD is "
+        f"{arms['rounds-uniform']['vs_uniform_n8']['paired_sd'] * 100:.2f} point (MDE at 80% power from it: "
+        f"{primary['mde80_observed'] * 100:.2f})",
+        f"same {registered['budget_updates']} updates, gains {interval(gate).replace(' [', ' points [')} (p < 0.0001)"
+        if arms["uniform-n16"]["vs_uniform_n8"]["p"] < 0.0001 else "(not so)",
+        f"spending the same {REPLAY['budget']} in rounds", f"| arm (seeds {low}–{high}) |",
+        f"{coverage['rounds-uniform']} of a batch's prompts train with a gradient, more than uniform with twice the "
+        f"rollouts ({coverage['uniform-n16']}), against {coverage['uniform-n8']} for uniform at equal cost",
+        "({:.0f} against {:.0f} per batch), as the coverage replay had said before any run ({:.0f} against {:.0f})".format(
+            arms["rounds-uniform"]["gradient_rollouts"], arms["uniform-n8"]["gradient_rollouts"],
+            chosen["gradient_rollouts"], REPLAY["rules"]["uniform n=8"]["gradient_rollouts"]),
+        f"keeps a group of {chosen['budget_first_round_generations']} where uniform gives it 8",
+        f"the cap of {chosen['max_generations']} ({start['share_never_solved_in_64']:.1%} of the pool fails all "
+        f"{REPLAY['samples']} samples at the start)",
+        f"({arms['rounds-uniform']['top_prompt_loss_share']:.3f} against {arms['uniform-n8']['top_prompt_loss_share']:.3f})",
+        f"A gain of {signed(primary['diff'])} lies between", f"coverage at {arms['rounds-uniform']['coverage']:.2f} is beyond "
+        f"uniform-n16's, which gained {signed(gate['diff'])}; rollouts with a gradient at "
+        f"{arms['rounds-uniform']['gradient_rollouts']:.0f} are between uniform-n4's "
+        f"({arms['uniform-n4']['gradient_rollouts']:.0f}: {signed(arms['uniform-n4']['vs_uniform_n8']['diff'])})",
+        f"takes {server['ratio_to_uniform_n8_median']:.1f}× uniform's generation-and-scoring time at "
+        f"{server['rounds_per_batch']:.0f} rounds a batch",
+        f"(complete: all {len(list((BENCHMARKS / 'third_study' / 'results' / 'run_cache').glob('*.json')))} runs)",
+        f"over the {primary['seeds']} paired seeds; secondaries Holm-corrected as one family of {len(THIRD['holm_family'])}",
+        f"correction: {interval(positive['vs_uniform_n8']).split(' [')[0]} points "
+        f"{minus(comparison_cells(positive['vs_uniform_n8'])['bonferroni'])} (Bonferroni), at {REPLAY['budget']} rollouts "
+        f"generated per batch** — nearly what uniform gains with twice the rollouts ({signed(gate['diff'])})",
+        f"(K = {settings['reinforce_ada_samples_per_round']} of each prompt, "
+        f"{REPLAY['rules']['reinforce_ada positive_focused, 4 a round, K=4']['trained']:.0f} a batch)",
+        f"under a {settings['reinforce_ada_max_generated']} cap on generated rollouts",
+        f"again ({signed(arms['coba']['vs_uniform_n8']['diff'])}); Knapsack's {signed(arms['knapsack']['vs_uniform_n8']['diff'])} "
+        f"does not survive the correction (Holm p = {arms['knapsack']['vs_uniform_n8']['holm']['p_holm']:.3f})",
+        f"(mean squared difference {dose['coverage']['mean_squared_difference']:.4f} against "
+        f"{dose['gradient_rollouts']['mean_squared_difference']:.4f})",
+        f"over the {NUMBER_WORDS[len(dose['coverage']['arms'])]} n = 8 arms",
+        f"Effects in this study are about {gate['diff'] * 100:.0f} points, so a predictor that misses by "
+        f"{dose['prediction_error']['all_arms']['coverage']['rms_miss'] * 100:.0f} points RMS",
+        f"trains groups of {settings['reinforce_ada_samples_per_round']} that hold a success",
+        f"({positive['coverage']:.0%} of a batch's prompts with a gradient", f"(largest prompt's share "
+        f"{positive['top_prompt_loss_share']:.3f}). Rounds until mixed reach a higher coverage "
+        f"({arms['rounds-uniform']['coverage']:.2f})", f"concentrates the loss ({arms['coba']['top_prompt_loss_share']:.3f})",
+        f"{measured('reinforce-ada-positive')['ratio_to_uniform_n8_median']:.2f}× uniform's batch time for "
+        f"Reinforce-Ada positive-focused, {measured('rounds-uniform')['ratio_to_uniform_n8_median']:.2f}× for rounds",
+    ]
+
+
+THIRD_STUDY_DEFINITIONS = (
+    "8 rollouts per prompt", "16 rollouts per prompt per batch", "within 0.005", "95% paired-bootstrap interval",
+    "(2 000 resamples)", "[95%]", "missed by > 0.8 point", "completions of at most 8 tokens", "(95% CI)", "95% CI",
+    "95% bootstrap interval", "2-core machine", "uniform-n4", "uniform-n8", "uniform-n12", "uniform-n16",
+    "uniform, n = 4, 8, 12, 16", "n = 8",
+)
+
+
+def test_every_figure_on_the_third_study_page_comes_from_a_stored_result():
+    text = page("docs/studies/third.md")
+    rows = (ROOT / "docs" / "studies" / "third.md").read_text()
+    expected = [*replay_rows(rows), *third_arm_rows(), *mechanism_rows(), *third_study_prose()]
+    assert_stated_and_nothing_else(text, expected, THIRD_STUDY_DEFINITIONS)
