@@ -2045,3 +2045,216 @@ def test_every_figure_of_the_fifth_studys_pre_registration_cost_and_re_training_
     later = fifth_text("## The cost, counted in full")
     assert_stated_and_nothing_else(later, [row for row in expected if row in later or not row.startswith("|")],
                                    (*FIFTH_DEFINITIONS, *study_settings()))
+
+
+# Sampling in rounds (docs/rounds.md): the engine benchmarks' tables and prose, from their stored records.
+
+def engine_cost(name: str) -> dict:
+    return read(f"engine_cost/results/{name}.json")
+
+
+def ratio_cell(arm: dict, bold: bool = False) -> str:
+    if arm["ratio_to_uniform_n8_median"] == 1:
+        return "1"
+    median = f"{arm['ratio_to_uniform_n8_median']:.2f}"
+    return f"{f'**{median}**' if bold and arm['ratio_min'] > 1 else median} [{arm['ratio_min']:.2f}, {arm['ratio_max']:.2f}]"
+
+
+def engine_ratio(arm: dict) -> str:
+    return "1" if arm["engine_ratio_to_uniform_n8_median"] == 1 else f"{arm['engine_ratio_to_uniform_n8_median']:.2f}"
+
+
+def shape(arm: dict) -> str:
+    return f"{rounds_cell(arm['rounds_per_batch'])} | {thousands(arm['generated_per_batch'])} / {thousands(arm['trained_per_batch'])}"
+
+
+def rounds_tables() -> list[str]:
+    short = engine_cost("rounds_engine_cost")["modes"]
+    rows = [f"| {shape(arm)} | {arm['median_seconds_per_batch']:.2f} | {ratio_cell(arm)} |"
+            for arms in short.values() for arm in arms["arms"].values()]
+    real = engine_cost("rounds_engine_cost-real")["modes"]["colocate"]["arms"]
+    rows += [f"| {shape(arm)} | {arm['median_seconds_per_batch']:.1f} | {ratio_cell(arm, bold=True)} | "
+             f"{arm['median_engine_seconds_per_batch']:.1f} s, {engine_ratio(arm)}"
+             f" | {arm['low_occupancy_share_median']:.0%} |" for arm in real.values()]
+    more = engine_cost("rounds_engine_cost-real-more")["modes"]["colocate"]["arms"]
+    rows += [f"| {shape(arm)} | {ratio_cell(arm)} | {arm['low_occupancy_share_median']:.0%} |"
+             for label, arm in more.items() if label != "uniform-n8"]
+    paths = read("engine_cost/results/per_prompt_rounds.json")["paths"]
+    for name, path in paths.items():
+        steps, occupancy = f"{path['engine_steps_vs_uniform_n8_median']:.2f}", f"{path['low_occupancy_share_median']:.0%}"
+        if name == "uniform-n8":
+            rows.append(f"| — | 1 | 1 | 1 | 1 | {occupancy} |")
+            continue
+        kind = name.split("/")[1]
+        if kind == "rounds":
+            rows.append(f"| rounds | {path['rounds_per_batch']:.1f} | {path['rounds_before_the_first_shared_per_batch']:.1f} | "
+                        f"{ratio_cell(path)} | {steps} | {occupancy} |")
+        else:
+            rows.append(f"| | {'foreseen' if kind == 'per-prompt' else kind} | | | {ratio_cell(path)} | {steps} | {occupancy} |")
+    return rows
+
+
+def batch_ratios(name: str, mode: str) -> list[list[float]]:
+    """Per repeat, each timed batch's per-prompt time over the round-synchronous one's."""
+    record = engine_cost(name)
+    batches, skip = record["modes"][mode]["batches"], record["skip"]
+    return [[ours["seconds"] / theirs["seconds"] for theirs, ours in zip(rounds[skip:], per_prompt[skip:])]
+            for rounds, per_prompt in zip(batches["reinforce-ada-positive"], batches["reinforce-ada-positive-per-prompt"])]
+
+
+def exact_path(name: str) -> tuple[dict, dict, list[float]]:
+    record = engine_cost(name)
+    ((mode, runs),) = record["modes"].items()
+    synchronous, per_prompt = [path for name_, path in runs["paths"].items() if name_ != "uniform-n8"]
+    names = [name_ for name_ in runs["paths"] if name_ != "uniform-n8"]
+    ratios = [timed[names[1]]["seconds"] / timed[names[0]]["seconds"] for timed in runs["timed"][record["skip"]:]]
+    return synchronous, per_prompt, ratios
+
+
+def timed_as(arm: dict) -> str:
+    return f"{arm['ratio_to_uniform_n8_median']:.2f}× [{arm['ratio_min']:.2f}, {arm['ratio_max']:.2f}]"
+
+
+def rounds_prose() -> list[str]:
+    short, real = engine_cost("rounds_engine_cost"), engine_cost("rounds_engine_cost-real")
+    more = engine_cost("rounds_engine_cost-real-more")
+    real_arms, more_arms = real["modes"]["colocate"]["arms"], more["modes"]["colocate"]["arms"]
+    colocate = short["modes"]["colocate"]["arms"]
+    extra = [arm["extra_ms_per_round"] for arms in short["modes"].values() for arm in arms["arms"].values()
+             if arm["extra_ms_per_round"]]
+    replay = REPLAY["rules"]
+    large, chosen = replay["until mixed: first 4, +4 a round, <= 16"], REPLAY["chosen"]
+    positive = real_arms["reinforce-ada-positive"]
+    doses = {12: more_arms["uniform-n12"]["ratio_to_uniform_n8_median"], 16: more_arms["uniform-n16"]["ratio_to_uniform_n8_median"]}
+    n_matched = 12 + 4 * (positive["ratio_to_uniform_n8_median"] - doses[12]) / (doses[16] - doses[12])
+    gains = {n: THIRD["arms"][f"uniform-n{n}"]["vs_uniform_n8"]["diff"] * 100 for n in (12, 16)}
+    matched_gain = gains[12] + (n_matched - 12) / 4 * (gains[16] - gains[12])
+    ada_gain = THIRD["arms"]["reinforce-ada-positive"]["vs_uniform_n8"]["diff"] * 100
+    trainer = engine_cost("rounds_engine_cost-per-prompt")["modes"]["colocate"]["arms"]
+    server = engine_cost("rounds_engine_cost-per-prompt-server")["modes"]["server"]["arms"]
+    colocate_ratios, server_ratios = batch_ratios("rounds_engine_cost-per-prompt", "colocate"), batch_ratios(
+        "rounds_engine_cost-per-prompt-server", "server")
+    every_colocate, every_server = sum(colocate_ratios, []), sum(server_ratios, [])
+    server_record = engine_cost("rounds_engine_cost-per-prompt-server")
+    uniform_server = [batch["seconds"] for repeat in server_record["modes"]["server"]["batches"]["uniform-n8"]
+                      for batch in repeat[server_record["skip"]:]]
+    exact, until_mixed, over_server = (exact_path(name) for name in (
+        "per_prompt_rounds-exact", "per_prompt_rounds-until-mixed", "per_prompt_rounds-server"))
+    before = read("engine_cost/results/per_prompt_rounds.json")
+    paths = before["paths"]
+    batch_minutes = [sum(path["seconds"] for path in timed.values()) / 60 for timed in before["timed"][before["skip"]:]]
+    unshared = [paths[f"{rule}/unshared"] for rule in ("reinforce-ada-positive", "rounds-uniform")]
+    occupancy = [path["low_occupancy_share_median"] for path in unshared]
+
+    def batches_timed(record: dict) -> int:
+        return record["repeats"] * (record["batches"] - record["skip"])
+
+    def saved(ratios: list[float]) -> str:
+        return f"{1 - float(np.median(ratios)):.0%}"
+
+    return [
+        f"({short['engine'].split()[0]}, the copy task's tiny model, 64 prompts and "
+        f"{colocate['uniform-n8']['generated_per_batch']:.0f} generated rollouts per batch",
+        f"{batches_timed(short)} batches per arm in two alternating runs", f"adds about {min(extra):.0f}–{max(extra):.0f} ms",
+        f"first 4, +4 a round, ≤ 16 takes {large['rounds']:.1f} rounds per batch at a coverage of {large['coverage']:.3f}, "
+        f"against {chosen['rounds']:.1f} rounds and {chosen['coverage']:.3f} for the setting above",
+        f"Colocate mode, {batches_timed(real)} batches per arm",
+        f"(a rounds batch ({real_arms['rounds-uniform']['low_occupancy_share_median']:.0%} of its time" if False else
+        f"({real_arms['rounds-uniform']['low_occupancy_share_median']:.0%} of its time below an eighth",
+        f"Rounds until mixed cost {real_arms['rounds-uniform']['ratio_to_uniform_n8_median']:.1f}× uniform's batch "
+        f"({colocate['rounds-uniform']['ratio_to_uniform_n8_median']:.1f}× at 8 tokens), Reinforce-Ada positive-focused "
+        f"{positive['ratio_to_uniform_n8_median']:.1f}× ({colocate['reinforce-ada-positive']['ratio_to_uniform_n8_median']:.1f}×)",
+        f"`--arms uniform-n12 uniform-n16 rounds-uniform-large --batches {more['batches']}`, {batches_timed(more)} batches per arm",
+        f"positive-focused's {positive['ratio_to_uniform_n8_median']:.2f}× buys uniform about n = {n_matched:.0f}, whose gain "
+        f"interpolated on the third study's curve (n = 12 {gains[12]:+.2f}, n = 16 {gains[16]:+.2f} points) is about "
+        f"{matched_gain:+.2f}, against its {ada_gain:+.2f} — an edge of about {ada_gain - matched_gain:+.1f} point where it "
+        f"was {ada_gain:+.2f} at equal rollouts",
+        f"Rounds until mixed at {real_arms['rounds-uniform']['ratio_to_uniform_n8_median']:.2f}× cost more than uniform n = 16"
+        if real_arms["rounds-uniform"]["ratio_to_uniform_n8_median"] > doses[16] else "(not so)",
+        f"Few, large rounds cost {more_arms['rounds-uniform-large']['ratio_to_uniform_n8_median']:.2f}× with "
+        f"{more_arms['rounds-uniform-large']['rounds_per_batch']:.0f} rounds",
+        f"it saved about {saved(every_colocate)} in colocate mode",
+        f"({timed_as(over_server[1])[:5]} against {timed_as(over_server[0])[:5]} round by round)",
+        f"; {batches_timed(engine_cost('rounds_engine_cost-per-prompt'))} batches per arm, side by side in one run",
+        f"Reinforce-Ada positive-focused takes {timed_as(trainer['reinforce-ada-positive'])} uniform n = 8's batch round by "
+        f"round and {timed_as(trainer['reinforce-ada-positive-per-prompt'])} prompt by prompt (engine time "
+        f"{trainer['reinforce-ada-positive']['engine_ratio_to_uniform_n8_median']:.2f}× and "
+        f"{trainer['reinforce-ada-positive-per-prompt']['engine_ratio_to_uniform_n8_median']:.2f}×)",
+        f"({trainer['reinforce-ada-positive']['rounds_per_batch']:.1f} a batch on both paths",
+        f"takes {float(np.median(every_colocate)):.2f} of the round-synchronous one's time (median; {min(every_colocate):.2f} "
+        f"to {max(every_colocate):.2f} over the {len(every_colocate)} batches): about {saved(every_colocate)} saved",
+        f"for this rule ({saved(exact[2])})", f"(the cap of {colocate['uniform-n8']['generated_per_batch']:.0f} generated",
+        f"lower than the {positive['ratio_to_uniform_n8_median']:.2f}× of the table above (measured on another machine, whose "
+        f"batches took {real_arms['uniform-n8']['median_seconds_per_batch']:.0f} s where these take "
+        f"{trainer['uniform-n8']['median_seconds_per_batch']:.0f} s)",
+        f"per-prompt path here ({trainer['reinforce-ada-positive-per-prompt']['ratio_to_uniform_n8_median']:.2f}×)",
+        f"({batches_timed(server_record)} batches per arm, side by side",
+        f"takes {timed_as(server['reinforce-ada-positive'])} uniform n = 8's batch round by round and "
+        f"{timed_as(server['reinforce-ada-positive-per-prompt'])} prompt by prompt, with the same rounds in every batch "
+        f"({server['reinforce-ada-positive']['rounds_per_batch']:.1f} a batch)",
+        f"takes {float(np.median(every_server)):.2f} of the round-synchronous time (median; {min(every_server):.2f} to "
+        f"{max(every_server):.2f}): faster in the first repeat ({min(server_ratios[0]):.2f}–{max(server_ratios[0]):.2f}), "
+        f"slower in the second ({min(server_ratios[1]):.2f}–{max(server_ratios[1]):.2f}), while uniform's own batches ranged "
+        f"from {min(uniform_server):.0f} to {max(uniform_server):.0f} s",
+        f"found {saved(over_server[2])} saved", f"scores its {server['reinforce-ada-positive']['rounds_per_batch']:.1f} rounds",
+        f"decides every round before the first shared one prompt by prompt ({exact[0]['rounds_decided_prompt_by_prompt_per_batch']:.1f} "
+        f"of {exact[0]['rounds_per_batch']:.1f} a batch for Reinforce-Ada positive-focused, "
+        f"{until_mixed[0]['rounds_decided_prompt_by_prompt_per_batch']:.1f} of {until_mixed[0]['rounds_per_batch']:.1f} for "
+        "rounds until mixed)",
+        f"{len(exact[2])} batches timed, [min, max] over them): Reinforce-Ada positive-focused takes {timed_as(exact[0])} "
+        f"uniform n = 8's batch round by round and {timed_as(exact[1])} prompt by prompt",
+        f"(the engine steps {exact[0]['engine_steps_vs_uniform_n8_median']:.2f} and "
+        f"{exact[1]['engine_steps_vs_uniform_n8_median']:.2f}× uniform's; below an eighth of capacity "
+        f"{exact[0]['low_occupancy_share_median']:.0%} and {exact[1]['low_occupancy_share_median']:.0%} of the time)",
+        "path takes {:.2f}, {:.2f} and {:.2f} of the synchronous one's time: it saves about {}".format(*exact[2], saved(exact[2])),
+        f"the foreseen bound saved {1 - paths['reinforce-ada-positive/per-prompt']['ratio_to_uniform_n8_median'] / paths['reinforce-ada-positive/rounds']['ratio_to_uniform_n8_median']:.0%}"
+        f" ({paths['reinforce-ada-positive/per-prompt']['ratio_to_uniform_n8_median']:.2f} against "
+        f"{paths['reinforce-ada-positive/rounds']['ratio_to_uniform_n8_median']:.2f} in the run below",
+        f"{len(until_mixed[2])} batches timed): {timed_as(until_mixed[0])} uniform n = 8's batch round by round, "
+        f"{timed_as(until_mixed[1])} prompt by prompt (engine steps {until_mixed[0]['engine_steps_vs_uniform_n8_median']:.1f} "
+        f"and {until_mixed[1]['engine_steps_vs_uniform_n8_median']:.1f}× uniform's)",
+        "exact path takes {:.2f}, {:.2f} and {:.2f} of the synchronous time".format(*until_mixed[2]),
+        f"in the run below ({paths['rounds-uniform/per-prompt']['ratio_to_uniform_n8_median']:.2f}×)",
+        f"(3 batches timed): Reinforce-Ada positive-focused takes {timed_as(over_server[0])} uniform n = 8's batch round by "
+        f"round and {timed_as(over_server[1])} prompt by prompt",
+        "batch by batch {:.2f}, {:.2f} and {:.2f} of the synchronous time, about {} saved where colocate saved {}".format(
+            *over_server[2], saved(over_server[2]), saved(exact[2])),
+        f"took {min(batch_minutes):.0f}–{max(batch_minutes):.0f} minutes here, so {paths['uniform-n8']['batches_timed']} "
+        "batches were timed, not the 10",
+        f"the intervals are [min, max] over those {paths['uniform-n8']['batches_timed']}",
+        f"cuts Reinforce-Ada positive-focused from {paths['reinforce-ada-positive/rounds']['ratio_to_uniform_n8_median']:.2f}× to "
+        f"{paths['reinforce-ada-positive/per-prompt']['ratio_to_uniform_n8_median']:.2f}× uniform's batch and rounds until "
+        f"mixed from {paths['rounds-uniform/rounds']['ratio_to_uniform_n8_median']:.2f}× to "
+        f"{paths['rounds-uniform/per-prompt']['ratio_to_uniform_n8_median']:.2f}×",
+        f"Reinforce-Ada stays at {unshared[0]['ratio_to_uniform_n8_median']:.2f}×, rounds until mixed at "
+        f"{unshared[1]['ratio_to_uniform_n8_median']:.2f}×",
+        f"{unshared[0]['engine_steps_vs_uniform_n8_median']:.1f}× and {unshared[1]['engine_steps_vs_uniform_n8_median']:.1f}× "
+        f"uniform's steps unshared", f"({min(occupancy) * 100:.0f}–{max(occupancy):.0%} of the time",
+        f"(rounds until mixed in {paths['rounds-uniform-large/rounds']['rounds_per_batch']:.1f} rounds: "
+        f"{paths['rounds-uniform-large/rounds']['ratio_to_uniform_n8_median']:.2f}× synchronous, "
+        f"{paths['rounds-uniform-large/per-prompt']['ratio_to_uniform_n8_median']:.2f}× foreseen), at some coverage "
+        f"({large['coverage']:.3f} against {chosen['coverage']:.3f} in the coverage",
+    ]
+
+
+# Definitions on the rounds page: the arms' settings, the tests' scripted cases, the targets, the length model.
+ROUNDS_DEFINITIONS = (
+    "uniform, n = 8", "uniform, n = 12", "uniform, n = 16", "rounds until mixed: first 2, +1 a round, ≤ 32",
+    "Reinforce-Ada balanced, 4 a round, K = 4", "Reinforce-Ada positive-focused, 4 a round, K = 4",
+    "rounds until mixed: first 4, +4 a round, ≤ 16", "dynamic sampling (uniform n = 8, acc filter, no cap)",
+    "(one shot logs 1 round)", "uniform n = 8", "at most 8 tokens", "(2 layers, 64 wide", "a mean from 100 tokens (a prompt "
+    "always solved) to 500 (never solved), capped at 2 000", "fewer than 64 sequences (an eighth of a batch)", "1/8 occupancy",
+    "`rounds_max` of 2–3", "ten copy prompts", "colocate on 1 and 2 processes, server mode on 2", "rounds 40, 24 and 6",
+    "(16 of n = 4 a batch)", "n = 1", "≤ 1.2×", "rounds until mixed ≤ 1.4×", "on 1 and 2 processes", "TRL 1.16's",
+    "clamped at 1e-6, plus 1e-6", "0/1", "0.5-weighted", "[0, 1]", "K/2", "K - K/2", "at least 1, at most K - 1",
+    "K = 4", "512 rows that 64 prompts × 8 give uniform GRPO, a batch holds 128 prompts", "keep 64 prompts",
+    "= 64 × 4 = 256", "(512)", "`reinforce_ada_max_rounds=1`", "2025", "arXiv 2510.04996", "k·c/P to (k+1)·c/P − 1",
+    "process k", "round of c", "round r", "through round r", "each prompt's round r", "two full generation batches",
+    "n = 8", "n = 12", "n = 16", "uniform-n8", "round 1", "Round 1", "advantage 0 on every row",
+    "gets mean 0 and deviation 1",
+)
+
+
+def test_every_figure_on_the_rounds_page_comes_from_a_stored_result():
+    text = page("docs/rounds.md")
+    assert_stated_and_nothing_else(text, [*rounds_tables(), *rounds_prose()], ROUNDS_DEFINITIONS)
