@@ -2258,3 +2258,42 @@ ROUNDS_DEFINITIONS = (
 def test_every_figure_on_the_rounds_page_comes_from_a_stored_result():
     text = page("docs/rounds.md")
     assert_stated_and_nothing_else(text, [*rounds_tables(), *rounds_prose()], ROUNDS_DEFINITIONS)
+
+
+# The trainer's page: the history baseline's measured effect, as the fourth study recorded it.
+
+def trainer_page_measured() -> str:
+    text = page("docs/trainer.md")
+    return text[text.index("Measured ([the fourth study]"):text.index("`budget/effective_ratio` logs")]
+
+
+def test_every_figure_of_the_trainers_measured_baseline_comes_from_the_fourth_study():
+    def significance(test: dict) -> str:
+        return "significant" if test["holm"]["significant"] else "not significant"
+
+    window = {arm: FOURTH["preregistered"]["arms"][arm]["settings"]["advantage_history_window"]
+              for arm in ("uniform-n8-history", "uniform-n8-history-short")}
+    history = [fourth(f"{regime}: uniform-n8-history - uniform-n8") for regime in ("arithmetic", "sorting")]
+    baseline = fourth("arithmetic: reinforce-ada-positive - reinforce-ada-positive-group")
+    knapsack = [fourth(f"{regime}: knapsack-history - knapsack") for regime in ("arithmetic", "sorting")]
+    windows = [fourth(f"{regime}: uniform-n8-history - uniform-n8-history-short") for regime in ("arithmetic", "sorting")]
+    assert not any(test["holm"]["significant"] for test in windows)  # "was not detected"
+    expected = [
+        f"{seeds_of_fourth()} paired seeds, Holm over {NUMBER_WORDS[len(FOURTH['primary'])]} primaries",
+        f"(window {window['uniform-n8-history']:.0f}) on uniform GRPO at n = 8 gains {interval(history[0]).replace(' [', ' point [')}"
+        f" of greedy held-out accuracy on arithmetic and {interval(history[1])} on sorting",
+        f"its allocation fixed, {interval(baseline)}, {significance(baseline)}.",
+        f"gains {interval(knapsack[0])} (arithmetic, {significance(knapsack[0])} after Holm) and {interval(knapsack[1])} "
+        f"(sorting, {significance(knapsack[1])})",
+        f"windows ({window['uniform-n8-history']:.0f} against {window['uniform-n8-history-short']:.0f} visits) was not "
+        f"detected ({interval(windows[0])}, {interval(windows[1])}; the intervals cannot rule out one of up to "
+        f"{upper(windows[0])} point)",
+    ]
+    assert_stated_and_nothing_else(trainer_page_measured(), expected)
+
+
+def test_the_drop_in_contract_states_the_default_bound_the_settings_hold():
+    # A setting, not a result: the contract's "default bound (128)" is budget_max_generations=None's value.
+    from trl_budget.settings.allocation import DEFAULT_MAX_GENERATIONS
+
+    assert f"above the default bound ({DEFAULT_MAX_GENERATIONS}) is taken" in page("docs/trainer.md")
