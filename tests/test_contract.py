@@ -349,3 +349,44 @@ def test_spo_goes_on_past_a_reward_outside_its_range_after_the_first_batch(tmp_p
     shares = [entry["spo/rewards_outside_range"] for entry in trainer.state.log_history
               if "spo/rewards_outside_range" in entry]
     assert shares[:1] == [0.0] and max(shares) > 0
+
+
+@pytest.mark.parametrize("rule, said", [
+    ({"budget_allocator": "reinforce_ada", "reinforce_ada_samples_per_round": 4},
+     r"\(budget_allocator='reinforce_ada'\), with its own rounds; .* each batch is generated in rounds and "
+     r"down-sampled"),
+    ({"rounds_generations": 2, "advantage_baseline": "group"},
+     r"with rounds until mixed; .* so a prompt gets more or fewer rollouts than num_generations, their average\. To "
+     r"train exactly as GRPOTrainer, set rounds_generations=0, and remove the settings only this rule reads\.$"),
+], ids=["reinforce_ada", "rounds"])
+def test_the_announcement_says_what_each_rule_changes(tmp_path, tokenizer, caplog, rule, said):
+    # Before: Reinforce-Ada was announced "in one shot", rounds until mixed did not say that counts vary, and the fix
+    # named only the settings to set, not the rule's own to remove.
+    import re
+
+    with caplog.at_level(logging.WARNING, logger="trl_budget.trainer"):
+        train(BudgetGRPOTrainer, BudgetGRPOConfig, tokenizer, tmp_path, reward_funcs=(parity_reward,), max_steps=1,
+              num_generations=4, **rule)
+    [line] = [record.getMessage() for record in caplog.records if record.getMessage().startswith("Rollout budget:")]
+    assert re.search(said, line), line
+
+
+def test_a_grpo_config_subclass_stays_one_in_the_trainer(tmp_path, tokenizer):
+    # Before: a user's GRPOConfig subclass became a plain BudgetGRPOConfig: isinstance failed, its properties were gone.
+    from dataclasses import dataclass, field
+
+    @dataclass
+    class MyGRPOConfig(GRPOConfig):
+        my_flag: int = field(default=7)
+
+        @property
+        def doubled(self) -> int:
+            return 2 * self.my_flag
+
+    args = MyGRPOConfig(**trl_user_kwargs(tmp_path, max_steps=1), my_flag=3)
+    trainer = BudgetGRPOTrainer(model=build_tiny_model(tokenizer), reward_funcs=[parity_reward], args=args,
+                                train_dataset=make_dataset(), processing_class=tokenizer)
+    assert isinstance(trainer.args, MyGRPOConfig) and isinstance(trainer.args, BudgetGRPOConfig)
+    assert trainer.args.doubled == 6 and trainer.args.budget_allocator == "uniform"
+    trainer.train()
+    assert trainer.state.global_step == 1

@@ -69,7 +69,7 @@ def test_a_trainer_given_budget_allocator_spo_trains_spo_and_says_what_it_change
             "(num_train_epochs) visits every prompt about 4 times") in line
     assert "TRL's frac_reward_zero_std is not logged" in line
     assert line.endswith("To train exactly as GRPOTrainer, set budget_allocator='uniform', "
-                         "advantage_baseline='group'.")
+                         "advantage_baseline='group', and remove the settings only this rule reads.")
     assert not any("frac_reward_zero_std" in entry for entry in trainer.state.log_history)
     for plan, _, _ in recorder.steps:  # 8 rollouts a step, as GRPO's batch: one for each of 8 prompts
         assert plan.counts.tolist() == [1] * 8

@@ -15,7 +15,8 @@ BASELINES = {
 }
 STAGES = {  # the setting that turns a stage off -> what the stage changes
     "probe_generations=0": "each batch is generated in two stages (a probe of every prompt, then the rest)",
-    "rounds_generations=0": "each batch is generated in rounds until its prompts' rewards are mixed",
+    "rounds_generations=0": "each batch is generated in rounds until its prompts' rewards are mixed, so a prompt gets "
+                            "more or fewer rollouts than num_generations, their average",
     "dynamic_sampling=False": "generation batches are drawn until every trained prompt's rewards differ (more "
                               "rollouts are generated than generation_batch_size)",
 }
@@ -43,7 +44,8 @@ def rule_in_effect(args, allocator, baseline: str) -> str:
     """The run's rule in one sentence: its allocation, how its batches are generated, its prompts, its baseline."""
     stages = [name for name, on in (("a probe stage", args.probe_generations),
                                     ("rounds until mixed", args.rounds_generations),
-                                    ("dynamic sampling", args.dynamic_sampling)) if on]
+                                    ("dynamic sampling", args.dynamic_sampling),
+                                    ("its own rounds", hasattr(allocator, "round_rule"))) if on]
     prompts = PROMPT_ORDERS.get(args.resolved_prompt_sampling(), "in TRL's sampler's order")
     per_prompt = getattr(allocator, "rollouts_per_prompt", None)  # SPO's layout: the batch's size in prompts
     layout = ("" if per_prompt is None else f", {per_prompt} rollout{'s' if per_prompt > 1 else ''} for each of the "
@@ -107,5 +109,6 @@ def announcement(args, allocator, baseline: str) -> str:
     rule = rule_in_effect(args, allocator, baseline)
     if not changes:
         return f"{rule} This run trains exactly as GRPOTrainer with the same settings."
+    others = (", and remove the settings only this rule reads" if set(changes) - {"advantage_baseline='group'"} else "")
     return (f"{rule} Against GRPOTrainer with the same settings it changes: {'; '.join(changes.values())}. To train "
-            f"exactly as GRPOTrainer, set {', '.join(changes)}.")
+            f"exactly as GRPOTrainer, set {', '.join(changes)}{others}.")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field, fields
 
 from trl import GRPOConfig
@@ -737,7 +738,10 @@ class BudgetGRPOConfig(GRPOConfig, AllocationSettings, TrackerSettings, BatchSet
 
     @classmethod
     def from_grpo_config(cls, args: GRPOConfig) -> "BudgetGRPOConfig":
-        """Turn a plain `GRPOConfig` (already post-initialised) into a `BudgetGRPOConfig` with default budget settings."""
+        """Turn a plain `GRPOConfig` (already post-initialised) into a `BudgetGRPOConfig` with default budget settings;
+        a subclass of `GRPOConfig` stays an instance of it, with its methods and properties."""
+        if type(args) is not GRPOConfig:
+            cls = with_budget_settings(cls, type(args))
         config = cls.__new__(cls)
         config.__dict__.update(args.__dict__)
         for budget_field in fields(cls):
@@ -748,3 +752,10 @@ class BudgetGRPOConfig(GRPOConfig, AllocationSettings, TrackerSettings, BatchSet
 
 
 BudgetGRPOConfig.__init__ = refusing_unknown_names(BudgetGRPOConfig.__init__)
+
+
+@functools.lru_cache(maxsize=None)
+def with_budget_settings(budget_config: type, user_config: type) -> type:
+    """A user's `GRPOConfig` subclass with the budget's settings, so that the trainer's config is still an instance of
+    the user's class (its own methods, properties and fields kept)."""
+    return type(f"Budget{user_config.__name__}", (budget_config, user_config), {"__module__": user_config.__module__})
