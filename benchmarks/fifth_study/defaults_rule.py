@@ -1,7 +1,7 @@
 """Which rule the trainer's defaults set, decided from the fifth study's results by a rule outside its pre-registration.
 
-    python benchmarks/fifth_study/defaults_rule.py      # the rule results/fifth_study.json gives, the default inside the
-                                                        # drop-in contract, and the demo's answer
+    python benchmarks/fifth_study/defaults_rule.py   # the rule results/fifth_study.json gives, the default inside the
+                                                     # drop-in contract, and the demo's answer
 
 What the commit order shows: this rule was committed (0fda16d) after every run it reads was stored (the 240 runs of
 the four arms in the primaries and room gates, 292 of the study's 420) and before the study's summary,
@@ -92,7 +92,8 @@ def demo_answer(study: dict) -> dict:
     p = f"= {test['p']:.3f}" if test["p"] >= 0.001 else "< 0.001"
     held = "significant" if test["holm"]["significant"] else "not significant"
     answer = (f"SPO as budget_allocator='spo' runs it (one rollout a prompt, drawn by SPO's weights, its baseline, "
-              f"no offline prior) against uniform GRPO at the same rollouts and updates: {points(test['diff'])} points of "
+              f"no offline prior) against uniform GRPO at the same rollouts and updates: {points(test['diff'])} points "
+              f"of "
               f"greedy held-out accuracy (95% interval [{points(low)}, {points(high)}], exact p {p}, "
               f"{test['seeds']} paired seeds; {held} after Holm over the family's "
               f"{len(study['secondary'][DEMO_FAMILY])} secondaries). With its offline prior, the study's primary: "

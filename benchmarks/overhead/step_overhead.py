@@ -48,8 +48,8 @@ def median_step_seconds(kind: str, steps: int, tokenizer, output_dir: str) -> fl
     if kind == "GRPOTrainer":
         trainer_class, args = GRPOTrainer, GRPOConfig(**common)
     else:
-        trainer_class, args = BudgetGRPOTrainer, BudgetGRPOConfig(**common, budget_allocator=kind, budget_min_generations=2,
-                                                                  budget_max_generations=32)
+        trainer_class, args = BudgetGRPOTrainer, BudgetGRPOConfig(**common, budget_allocator=kind,
+                                                                  budget_min_generations=2, budget_max_generations=32)
     trainer = trainer_class(model=build_tiny_model(tokenizer), reward_funcs=reward, args=args,
                             train_dataset=dataset(), processing_class=tokenizer)
     trainer.remove_callback(PrinterCallback)
