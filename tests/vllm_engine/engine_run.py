@@ -125,13 +125,13 @@ class PerPromptRecorder(BudgetGRPOTrainer):
 
     def _generate_rounds(self, rule, prompts):
         PerPromptRecorder.scorings.append(0)
-        rounds, trl_layout = super()._generate_rounds(rule, prompts)
+        rounds, trl_rows = super()._generate_rounds(rule, prompts)
         PerPromptRecorder.batches.append(rounds)
-        return rounds, trl_layout
+        return rounds, trl_rows
 
-    def _scored_rows(self, rows, trl_layout):
+    def _scored_rows(self, rows, trl_rows):
         PerPromptRecorder.scorings[-1] += 1
-        return super()._scored_rows(rows, trl_layout)
+        return super()._scored_rows(rows, trl_rows)
 
 
 def rounds_the_rule_decides(rounds, settings: dict) -> bool:
