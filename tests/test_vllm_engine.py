@@ -397,8 +397,11 @@ def assert_each_prompt_got_its_rules_rollouts(reports: list[dict]) -> None:
         # every completion was scored for the prompt it was generated from (the copy task: its first digit), and
         # every trained row holds its own prompt's completion
         assert not report["strays"] and not report["misplaced"]
-        # rows were scored as their rounds finished, in more pieces than the batch has rounds
-        assert all(scorings > 3 for scorings in report["scorings"])
+        # rows were scored as their rounds finished, in more pieces than the batch has rounds: in at least one batch,
+        # since the engine's timing decides how many of a batch's rounds finish together (in server mode on two
+        # processes every round of a batch was once seen to come back at once); the rounds each batch holds are the
+        # rule's whatever the timing (asserted above)
+        assert any(scorings > 3 for scorings in report["scorings"])
     # every process saw every outcome, in the same slots: they decided alike
     assert all(report["outcomes"] == reports[0]["outcomes"] for report in reports)
 
