@@ -257,26 +257,23 @@ def test_reaching_dynamic_samplings_cap_stops_every_process_with_the_same_error(
     assert "after 2 generation batches" in messages[0]
 
 
+def rank_reports(tmp_path, mode: str) -> list[dict]:
+    """Both ranks' reports of a launch of `mode`, in a folder of its own."""
+    result = launch(tmp_path / mode, mode)
+    assert result.returncode == 0, result.stderr[-4000:]
+    return [json.loads((tmp_path / mode / f"rank{rank}.json").read_text()) for rank in range(2)]
+
+
 def test_uniform_on_two_processes_is_grpo_trainer_bit_for_bit(tmp_path):
     # Before, uniform re-dealt every prompt's slots over both processes: other rows per rank, other completions.
-    reports = {}
-    for mode in ("uniform-trl", "grpo-trl"):
-        result = launch(tmp_path / mode, mode)
-        assert result.returncode == 0, result.stderr[-4000:]
-        reports[mode] = [json.loads((tmp_path / mode / f"rank{rank}.json").read_text()) for rank in range(2)]
-    ours, theirs = reports["uniform-trl"], reports["grpo-trl"]
+    ours, theirs = (rank_reports(tmp_path, mode) for mode in ("uniform-trl", "grpo-trl"))
     assert ours == theirs and len(ours[0]["losses"]) == 4
 
 
 def test_the_defaults_on_two_processes_keep_grpo_trainers_rows(tmp_path):
     # The history baseline on TRL's own rows: every rank holds the rows GRPOTrainer gives it; on first visits (8
     # prompts, 2 a step, 4 steps) the advantages are GRPO's, and both ranks log the same. TRL keeps the last batch's.
-    reports = {}
-    for mode in ("default-trl", "grpo-trl"):
-        result = launch(tmp_path / mode, mode)
-        assert result.returncode == 0, result.stderr[-4000:]
-        reports[mode] = [json.loads((tmp_path / mode / f"rank{rank}.json").read_text()) for rank in range(2)]
-    ours, theirs = reports["default-trl"], reports["grpo-trl"]
+    ours, theirs = (rank_reports(tmp_path, mode) for mode in ("default-trl", "grpo-trl"))
     assert ours[0]["completions"] == ours[1]["completions"] and ours[0]["advantages"] == ours[1]["advantages"]
     assert ours[0]["completions"] == theirs[0]["completions"] and len(ours[0]["completions"]) == 8
     np.testing.assert_allclose(ours[0]["advantages"], theirs[0]["advantages"], atol=1e-5)
