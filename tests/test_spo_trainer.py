@@ -7,6 +7,7 @@ import json
 
 import numpy as np
 import pytest
+import torch
 from datasets import Dataset
 from helpers import grpo_kwargs, make_dataset, make_trainer, parity_reward
 from test_probe import RowRecorder
@@ -329,6 +330,62 @@ def test_the_prior_counts_every_rollout_it_generated_the_last_batchs_fill_includ
     trainer.train()
     assert len(reward.scored) == 24 + 8  # the prior's 3 batches, then the first step's
     assert trainer.state.log_history[0]["spo/prior_rollouts"] == 24
+
+
+class LogProbPasses:
+    """Counts the model's forward passes that score given tokens (TRL hands them labels; generation's steps have
+    none): the training loss's, TRL's own passes over a batch and SPO's. The model runs as it is, only counted."""
+
+    def __init__(self, model):
+        self.count, self.forward = 0, model.forward
+        model.forward = self
+
+    def __call__(self, *args, **kwargs):
+        self.count += "labels" in kwargs
+        return self.forward(*args, **kwargs)
+
+
+def test_kl_adaptive_rho_adds_one_forward_pass_a_chunk_of_its_rows_and_a_constant_rho_none(tmp_path, tokenizer):
+    # Four steps of 8 prompts drawn from 6, one rollout each: every step trains in one forward pass; KL-adaptive rho
+    # scores the kept and the new responses before batches 2, 3 and 4, in chunks of per_device_train_batch_size.
+    passes, logs = {}, {}
+    for rho in ("kl", 0.875):
+        trainer = make_trainer(tmp_path / str(rho), tokenizer, max_steps=4, spo_rho=rho, dataset=make_dataset(6), **SPO)
+        passes[rho] = LogProbPasses(trainer.model)
+        trainer.train()
+        logs[rho] = [entry for entry in trainer.state.log_history if "spo/rho" in entry]
+    assert passes[0.875].count == 4 and not any("spo/forward_passes_rows" in entry for entry in logs[0.875])
+    rows = [int(entry["spo/forward_passes_rows"]) for entry in logs["kl"]]
+    assert len(rows) == 3 and max(rows) > 8  # the revisited prompts' kept responses beside the new ones
+    assert passes["kl"].count == 4 + sum(-(-count // 8) for count in rows)
+
+
+def test_the_prior_pre_pass_skips_trls_passes_over_its_rollouts_and_trains_the_same(tmp_path, tokenizer, monkeypatch):
+    # With num_iterations=2 TRL scores every request's rows under the old policy; the prior's 3 generation batches of
+    # 8 train no loss, so those 3 passes are skipped: the prior, the tracker after KL-adaptive rho's settle (its
+    # estimates and each kept response's log-probs) and the trained weights stay bit for bit those of a run that
+    # makes them.
+    from contextlib import nullcontext
+
+    from trl_budget import forward_passes
+
+    runs = {}
+    for skipped in (True, False):
+        if not skipped:
+            monkeypatch.setattr(forward_passes, "trl_log_probs_skipped", lambda passes: nullcontext())
+        trainer = make_trainer(tmp_path / str(skipped), tokenizer, max_steps=4, num_iterations=2,
+                               spo_offline_sampling=True, spo_offline_n=4, dataset=make_dataset(6), **SPO)
+        passes = LogProbPasses(trainer.model)
+        trainer.train()
+        settled = [int(entry["spo/forward_passes_rows"]) for entry in trainer.state.log_history
+                   if "spo/forward_passes_rows" in entry]
+        runs[skipped] = (passes.count, settled, trainer.spo.tracker.state_dict(), trainer.model.state_dict())
+    (kept_count, settled, kept_tracker, kept_weights), (made_count, _, made_tracker, made_weights) = runs.values()
+    assert len(settled) == 1  # two generation batches, each trained twice: one settle between them
+    assert kept_count == 2 + 4 + -(-settled[0] // 8)  # each batch's old-policy pass, four updates, SPO's pass
+    assert made_count == kept_count + 3
+    assert json.dumps(kept_tracker, sort_keys=True) == json.dumps(made_tracker, sort_keys=True)
+    assert all(torch.equal(kept_weights[name], made_weights[name]) for name in kept_weights)
 
 
 def test_spo_with_a_rollout_func_credits_every_row_to_its_prompt(tmp_path, tokenizer):

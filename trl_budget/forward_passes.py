@@ -29,6 +29,12 @@ class PolicyPasses:
 
     def __init__(self, trainer):
         self.trainer = trainer
+        self.skips_trl_log_probs = False  # TRL's log-prob passes are skipped while rows no loss trains are scored
+
+    def unread_log_probs(self, input_ids: torch.Tensor, logits_to_keep: int) -> tuple[torch.Tensor, None, None]:
+        """What stands for TRL's log-probabilities of rows no loss trains (`skips_trl_log_probs`): zeros, in its
+        shape, never read (the rows' output is dropped, and what TRL logs of it taken back out)."""
+        return torch.zeros(input_ids.size(0), logits_to_keep, device=input_ids.device), None, None
 
     @property
     def _pad_id(self) -> int:
@@ -125,7 +131,7 @@ class PolicyPasses:
         repeated = [index for index in range(len(rows)) for _ in range(offline_n)]
         size, processes = args.generation_batch_size, trainer.accelerator.num_processes
         rank, rewards = trainer.accelerator.process_index, []
-        with logs_taken_back(trainer):
+        with logs_taken_back(trainer), trl_log_probs_skipped(self):
             for start in range(0, len(repeated), size):
                 chunk = repeated[start : start + size]
                 filled = chunk + [chunk[-1]] * (size - len(chunk))
@@ -138,6 +144,16 @@ class PolicyPasses:
         generated = -(-len(repeated) // size) * size  # whole generation batches, the last one's fill included
         trainer._metrics["train"]["spo/prior_rollouts"].append(float(generated))
         trainer._metrics["train"]["spo/prior_seconds"].append(time.perf_counter() - started)
+
+
+@contextmanager
+def trl_log_probs_skipped(passes: PolicyPasses):
+    """TRL's log-prob passes skipped inside (`PolicyPasses.skips_trl_log_probs`)."""
+    passes.skips_trl_log_probs = True
+    try:
+        yield
+    finally:
+        passes.skips_trl_log_probs = False
 
 
 @contextmanager

@@ -9,7 +9,8 @@ from the rewards of all ranks. What it checks when built is in `setup_checks`, w
 `rewards`, what it logs in `metrics`, and how it saves and resumes the tracker in `checkpoint`.
 
 Tested with TRL 1.16.0: the overrides below rely on internals of that release (`_generate_and_score_completions`,
-`_calculate_rewards`, `_generate_single_turn`, `_save_checkpoint`, `_load_optimizer_and_scheduler`).
+`_calculate_rewards`, `_generate_single_turn`, `_get_per_token_logps_and_entropies`, `_save_checkpoint`,
+`_load_optimizer_and_scheduler`).
 """
 
 from __future__ import annotations
@@ -331,6 +332,15 @@ class BudgetGRPOTrainer(GRPOTrainer):
             if self._replayed is not None:  # rows whose completions the engine generated prompt by prompt
                 return self._replayed.take(prompt_ids)
         return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, has_tool_images)
+
+    def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, *args,
+                                           compute_entropy=False, compute_aux_loss=False, **kwargs):
+        # While rows no loss trains are scored (SPO's prior), TRL's passes over them are never read: not made.
+        if self.policy_passes.skips_trl_log_probs and not (compute_entropy or compute_aux_loss):
+            return self.policy_passes.unread_log_probs(input_ids, logits_to_keep)
+        return super()._get_per_token_logps_and_entropies(model, input_ids, attention_mask, logits_to_keep, *args,
+                                                          compute_entropy=compute_entropy,
+                                                          compute_aux_loss=compute_aux_loss, **kwargs)
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         # Keeps the gathered rewards so that advantages can be recomputed over variable-size groups; a failure on one
