@@ -677,6 +677,33 @@ def test_the_spo_page_states_the_engine_time_as_measured():
         assert stated in text
 
 
+def test_the_spo_page_states_the_trainer_time_as_measured():
+    record = read("overhead/results/spo_overhead.json")
+    text = page("docs/spo.md")
+    paragraph = text[text.index("Trainer time, measured"):text.index("Engine time, measured")]
+    arms = record["arms"]
+
+    def ratio(arm: str) -> str:
+        low, high = arms[arm]["ratio_ci95"]
+        return f"{arms[arm]['ratio_to_uniform']:.2f} [{low:.2f}, {high:.2f}]"
+
+    stages = arms["spo-kl"]["stage_ms"]
+    expected = [f"{record['rollouts_per_batch']} rollouts a batch",
+                f"one rollout for each of {record['rollouts_per_batch']} prompts",
+                f"{record['repeats']} repeats of {record['batches_per_run']} batches (the first "
+                f"{record['warm_up_batches']} left out)",
+                f"SPO with KL-adaptive ρ took {ratio('spo-kl')} times uniform's time, with a constant ρ {ratio('spo-constant')}",
+                f"Of its {arms['spo-kl']['median_batch_ms']:.0f} ms a batch (uniform: "
+                f"{arms['uniform']['median_batch_ms']:.0f} ms), the forward pass took {stages['log_probs']:.0f} ms",
+                f"the gathering of the kept responses {stages['last_responses']:.1f} ms"]
+    low, high = arms["spo-constant"]["ratio_ci95"]
+    expected.append(f"A constant ρ makes no pass, and its interval {'holds' if low <= 1 <= high else 'leaves out'} 1")
+    # "out of reach whatever the noise": the pass alone costs more than the goal leaves (a tenth of uniform's batch)
+    assert stages["log_probs"] > 0.1 * arms["uniform"]["median_batch_ms"]
+    expected.append("its forward pass alone costs more than a tenth of uniform's batch")
+    assert_stated_and_nothing_else(paragraph, expected, ("95%", "1.1×"))
+
+
 def fifth_pilots() -> list[str]:
     """The fifth study's pilots as the benchmarks' page states them: two of balancing equations, one of brackets."""
     first = read("fifth_study/results/pilot.json")["candidates"]

@@ -136,8 +136,8 @@ class SPOStage:
     def settle(self, log_probs_of: LogProbsOf, metrics: dict[str, list[float]]) -> None:
         """Update the tracker with the waiting rows: rho constant, or from each prompt's drift under the policy now
         (its response kept from its previous visit scored again; a first visit has none: D = 0), then keep each
-        prompt's new response with its log-probabilities now. Two forward passes over the batch's prompts with
-        KL-adaptive rho, none with a constant."""
+        prompt's new response with its log-probabilities now. With KL-adaptive rho the kept and the new responses are
+        scored together (`log_probs_of`: one forward pass a chunk of rows); a constant rho reads none."""
         if self.pending is None:
             return
         keys, rewards = self.pending["keys"], np.asarray(self.pending["rewards"], dtype=np.float64)

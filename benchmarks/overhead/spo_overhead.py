@@ -5,7 +5,8 @@ Every arm trains the tests' tiny model on the same 64 arithmetic prompts for `--
 4 prompts x 8 rollouts; SPO: 32 prompts x 1). The arms alternate within each repeat, so that machine noise hits them
 alike; a repeat's figure is an arm's median time per batch (the wall time between the ends of two optimizer steps,
 the first `WARM_UP` batches left out) over uniform's in the same repeat, and the ratio is the mean of the repeats' with
-its 95% t interval (exact t quantiles, repeats - 1 degrees of freedom). The breakdown is the median time per batch
+its 95% t interval (exact t quantiles, repeats - 1 degrees of freedom). The machine's load average before and
+after is stored beside the figures: other work on the machine slows the arms alike only on average. The breakdown is the median time per batch
 inside SPO's own stages: the settle (the tracker's update, with its forward pass under KL-adaptive rho), the forward
 pass alone (`PolicyPasses.log_probs`) and the gathering of the kept responses (`PolicyPasses.last_responses`).
 
@@ -16,6 +17,8 @@ pass alone (`PolicyPasses.log_probs`) and the gathering of the kept responses (`
 from __future__ import annotations
 
 import argparse
+import logging
+import os
 import statistics
 import sys
 import tempfile
@@ -23,6 +26,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import torch
 from datasets import Dataset
 from transformers import PrinterCallback, TrainerCallback
 from transformers.utils import logging as hf_logging
@@ -120,6 +124,8 @@ def main(argv=None) -> dict:
     args = parser.parse_args(argv)
     repeats, steps = (3, 8) if args.quick else (7, 14)
     hf_logging.set_verbosity_error()
+    logging.getLogger("trl_budget").setLevel(logging.ERROR)  # the rule's announcement, once a run
+    load_before = os.getloadavg()
     tokenizer = build_char_tokenizer(ALPHABET)
     samples: dict[str, list[dict]] = {arm: [] for arm in ARMS}
     with tempfile.TemporaryDirectory() as tmp:
@@ -129,8 +135,10 @@ def main(argv=None) -> dict:
                 print(arm, samples[arm][-1], flush=True)
     result = summary(samples)
     record = write_record(args.output, "benchmarks/overhead/spo_overhead.py", argv, repeats=repeats,
-                          batches_per_run=steps, warm_up_batches=WARM_UP, rollouts_per_batch=32, arms=result,
-                          runs=samples)
+                          batches_per_run=steps, warm_up_batches=WARM_UP, rollouts_per_batch=32,
+                          torch_threads=torch.get_num_threads(),
+                          load_average={"before": list(load_before), "after": list(os.getloadavg())},
+                          arms=result, runs=samples)
     print(markdown_table(record))
     return record
 
