@@ -11,6 +11,7 @@ PROMPT_ORDERS = {"spo": "drawn by SPO's weights", "value": "drawn by the allocat
 BASELINES = {
     "group": "GRPO's group (the prompt's rollouts of the batch)",
     "all_rollouts": "all the prompt's rollouts generated in the batch, trained or not",
+    "batch": "the batch's mean reward, one baseline for the whole generation batch",
     "spo": "the prompt's SPO estimate from before the batch, normalized over the batch",
 }
 STAGES = {  # the setting that turns a stage off -> what the stage changes
@@ -87,10 +88,7 @@ def differences_from_grpo(args, allocator, baseline: str) -> dict[str, str]:
         changes["prompt_sampling=None"] = (f"the prompts are {PROMPT_ORDERS[args.prompt_sampling]}, not in TRL's "
                                            "sampler's order")
     if baseline == "history":
-        changes["advantage_baseline='group'"] = (
-            f"each reward is compared with its prompt's reward history over about {args.advantage_history_window:g} "
-            "visits, this batch's included (advantage_baseline='history'), which is GRPO's group on a prompt's first "
-            "visit")
+        changes["advantage_baseline='group'"] = history_in_words(args)
     elif baseline != "group":
         changes["advantage_baseline='group'"] = (f"each reward is compared with {BASELINES[baseline]} "
                                                  f"(advantage_baseline={baseline!r})")
@@ -100,6 +98,24 @@ def differences_from_grpo(args, allocator, baseline: str) -> dict[str, str]:
         changes["loss_weighting='token'"] = ("each prompt's rollouts together weigh as num_generations rollouts in "
                                              "the loss")
     return changes
+
+
+def history_in_words(args) -> str:
+    """What the history baseline compares each reward with: the visits it pools, and a first visit's fallback."""
+    visits = ("this batch's included" if args.advantage_history_includes_batch else
+              "its earlier visits alone, not this batch's")
+    if args.advantage_history_first_visit == "batch":
+        first_visit = "and on a prompt's first visit with the batch's mean reward"
+    elif args.advantage_history_includes_batch:
+        first_visit = "which is GRPO's group on a prompt's first visit"
+    else:
+        first_visit = "and on a prompt's first visit with its group's mean reward"
+    shorthand = args.baseline_shorthand()
+    named = (f"advantage_baseline={shorthand!r}, which sets advantage_baseline='history', "
+             "advantage_history_includes_batch=False, advantage_history_first_visit='batch' and scale_rewards='batch'"
+             if shorthand else "advantage_baseline='history'")
+    return (f"each reward is compared with its prompt's reward history over about {args.advantage_history_window:g} "
+            f"visits, {visits} ({named}), {first_visit}")
 
 
 def announcement(args, allocator, baseline: str) -> str:
