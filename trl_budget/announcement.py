@@ -41,13 +41,21 @@ def num_generations_given(args) -> int:
     return args.__dict__.get("num_generations_as_given", args.num_generations)
 
 
+def draws_every_candidate(args) -> bool:
+    """Whether prompt sampling's pools hold one generation batch's prompts each (`prompt_sampling_pool`), so that
+    every candidate is drawn once: the batch's prompts are TRL's sampler's, whatever the weights."""
+    return (args.resolved_prompt_sampling() is not None
+            and args.prompt_sampling_pool == args.prompts_per_generation_batch())
+
+
 def rule_in_effect(args, allocator, baseline: str) -> str:
     """The run's rule in one sentence: its allocation, how its batches are generated, its prompts, its baseline."""
     stages = [name for name, on in (("a probe stage", args.probe_generations),
                                     ("rounds until mixed", args.rounds_generations),
                                     ("dynamic sampling", args.dynamic_sampling),
                                     ("its own rounds", hasattr(allocator, "round_rule"))) if on]
-    prompts = PROMPT_ORDERS.get(args.resolved_prompt_sampling(), "in TRL's sampler's order")
+    prompts = ("in TRL's sampler's order" if draws_every_candidate(args) else
+               PROMPT_ORDERS.get(args.resolved_prompt_sampling(), "in TRL's sampler's order"))
     per_prompt = getattr(allocator, "rollouts_per_prompt", None)  # SPO's layout: the batch's size in prompts
     layout = ("" if per_prompt is None else f", {per_prompt} rollout{'s' if per_prompt > 1 else ''} for each of the "
               f"generation batch's {args.generation_batch_size // per_prompt} prompts (num_generations="
@@ -84,7 +92,7 @@ def differences_from_grpo(args, allocator, baseline: str) -> dict[str, str]:
     for setting, change in STAGES.items():
         if getattr(args, setting.split("=")[0]):
             changes[setting] = change
-    if args.prompt_sampling is not None:
+    if args.prompt_sampling is not None and not draws_every_candidate(args):
         changes["prompt_sampling=None"] = (f"the prompts are {PROMPT_ORDERS[args.prompt_sampling]}, not in TRL's "
                                            "sampler's order")
     if baseline == "history":

@@ -522,9 +522,9 @@ class BudgetGRPOConfig(GRPOConfig, AllocationSettings, TrackerSettings, BatchSet
         default=None,
         metadata={"help": "What each reward is compared with: 'group' (GRPO's: the prompt's trained rollouts), "
                   "'all_rollouts' (all its rollouts of the batch, Reinforce-Ada's global statistics), 'batch' (the "
-                  "batch's mean reward, one baseline for the batch; scale_rewards 'batch' or 'none'), 'history' (its "
-                  "rewards over recent visits, this batch's included; GRPO's group on a first visit), 'spo' (SPO's: its "
-                  "success estimate from before this batch, advantages normalized over the batch) or "
+                  "batch's mean reward, one baseline for the batch; scale_rewards 'batch' or 'none'), 'history' "
+                  "(its rewards over recent visits, this batch's included; GRPO's group on a first visit), 'spo' "
+                  "(SPO's: its success estimate from before this batch, advantages normalized over the batch) or "
                   "'earlier_or_batch' (shorthand: 'history' from earlier visits alone, the batch's mean on a first "
                   "visit, scale_rewards='batch'). None: 'history' under budget_allocator='uniform' (the default) with "
                   "scale_rewards 'group' or 'none' and sum_then_normalize, 'all_rollouts' under Reinforce-Ada with "
