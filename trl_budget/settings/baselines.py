@@ -111,9 +111,9 @@ class BaselineSettings:
                 f"the advantage baseline {baseline!r} (advantage_baseline; under Reinforce-Ada "
                 f"reinforce_ada_global_statistics) takes each prompt's mean and deviation of the summed rewards over "
                 f"more than its trained rows, which defines the scale of a group (scale_rewards='group') or none "
-                f"(scale_rewards='none'); scale_rewards='batch' has no such meaning. Use scale_rewards='group' or "
-                "'none', advantage_history_includes_batch=False (its earlier visits alone) with the history "
-                "baseline, or advantage_baseline='group'."
+                f"(scale_rewards='none'); scale_rewards='batch' (one deviation for the whole batch) has no such "
+                "meaning. Use scale_rewards='group' or 'none', advantage_history_includes_batch=False (its earlier "
+                "visits alone) with the history baseline, or advantage_baseline='group'."
             )
 
     def resolved_advantage_baseline(self, allocator=None) -> str:
