@@ -548,3 +548,42 @@ def test_offline_scores_named_on_resume_leave_the_saved_estimates_with_a_warning
 def test_trainer_objects_of_the_wrong_kind_are_refused(tmp_path, tokenizer, options, message):
     with pytest.raises(ValueError, match=message):
         make_trainer(tmp_path, tokenizer, model="not-loaded", **options)
+
+
+class PromptsByStep:
+    """The parity reward, keeping the prompts each step scored."""
+
+    __name__ = "parity_reward"
+
+    def __init__(self):
+        self.steps: dict[int, list[str]] = {}
+
+    def __call__(self, prompts, completions, answer, trainer_state, **kwargs):
+        self.steps.setdefault(trainer_state.global_step, []).extend(prompts)
+        return parity_reward(completions, answer)
+
+
+def test_spo_with_a_pool_of_one_batch_trains_trl_samplers_prompts(tmp_path, tokenizer, caplog):
+    # SPO's layout and baseline in TRL's sampler's order: a pool of one generation batch's prompts draws every
+    # candidate, so each batch holds the prompts GRPOTrainer's sampler brings (two of its batches of 4 prompts here,
+    # over two passes of the data), each prompt once a pass, whatever SPO's weights.
+    import logging
+
+    from trl import GRPOConfig, GRPOTrainer
+
+    grpo_prompts, spo_prompts = PromptsByStep(), PromptsByStep()
+    GRPOTrainer(model=build_tiny_model(tokenizer), reward_funcs=[grpo_prompts],
+                args=GRPOConfig(**grpo_kwargs(tmp_path / "grpo", num_generations=2, max_steps=8)),
+                train_dataset=make_dataset(16), processing_class=tokenizer).train()
+    with caplog.at_level(logging.WARNING, logger="trl_budget.trainer"):
+        trainer = make_trainer(tmp_path / "spo", tokenizer, reward_funcs=spo_prompts, max_steps=4,
+                               prompt_sampling_pool=8, dataset=make_dataset(16), **SPO)
+        trainer.train()
+    assert trainer.advantage_baseline == "spo" and trainer.args.resolved_prompt_sampling() == "spo"
+    for step in range(4):
+        trl_batches = grpo_prompts.steps[2 * step] + grpo_prompts.steps[2 * step + 1]
+        assert sorted(spo_prompts.steps[step] * 2) == sorted(trl_batches)  # GRPO's: 2 rollouts of each prompt
+    passes = [spo_prompts.steps[0] + spo_prompts.steps[1], spo_prompts.steps[2] + spo_prompts.steps[3]]
+    assert all(sorted(prompts) == sorted(make_dataset(16)["prompt"]) for prompts in passes)
+    [line] = [record.getMessage() for record in caplog.records if record.getMessage().startswith("Rollout budget:")]
+    assert "; prompts in TRL's sampler's order; advantage baseline 'spo'." in line

@@ -9,7 +9,8 @@ import numpy as np
 import torch
 from trl.trainer.utils import nanstd
 
-__all__ = ["advantages_against_all_rollouts", "advantages_against_moments", "grouped_advantages", "groups_without_spread",
+__all__ = ["advantages_against_all_rollouts", "advantages_against_batch", "advantages_against_earlier_visits",
+           "advantages_against_moments", "batch_moments", "grouped_advantages", "groups_without_spread",
            "prompt_loss_weights", "weighted_rewards"]
 
 
@@ -157,21 +158,98 @@ def _against_baseline(trained: torch.Tensor, trained_counts: np.ndarray, mean: n
     return torch.nan_to_num(advantages, nan=0.0).to(trained.dtype), is_std_zero
 
 
+def batch_moments(rewards: torch.Tensor) -> tuple[float, float, float]:
+    """The generation batch's reward moments as the history pools them: its scored rewards' count, mean and sum of
+    squared deviations (0, 0, 0 for a batch with none scored)."""
+    values = rewards.detach().to(torch.float64).cpu().numpy()
+    scored = values[~np.isnan(values)]
+    if not scored.size:
+        return 0.0, 0.0, 0.0
+    return float(scored.size), float(scored.mean()), float(((scored - scored.mean()) ** 2).sum())
+
+
+def batch_deviation(rewards: torch.Tensor) -> tuple[float, bool]:
+    """The batch's deviation as TRL's `scale_rewards="batch"` takes it (the unbiased standard deviation of its scored
+    rewards; 0 for fewer than two), and whether its rewards all agree (GRPO's `isclose(std, 0)`)."""
+    count, _, m2 = batch_moments(rewards)
+    deviation = math.sqrt(m2 / (count - 1)) if count > 1 else 0.0
+    return deviation, math.isclose(deviation, 0.0, rel_tol=0.0, abs_tol=1e-8)
+
+
+def advantages_against_batch(trained: torch.Tensor, trained_counts: np.ndarray, scale: bool
+                             ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Advantages of the trained rows against one baseline for the whole generation batch: the mean of its scored
+    rewards (what SPO's normalization gives a prompt on its first visit), scaled as `against_batch_deviation` scales."""
+    return against_batch_deviation(trained, trained_counts, np.full(len(trained_counts), batch_moments(trained)[1]),
+                                   scale)
+
+
+def advantages_against_earlier_visits(trained: torch.Tensor, trained_counts: np.ndarray, weight: np.ndarray,
+                                      mean: np.ndarray, first_visit_mean: np.ndarray, scale: bool
+                                      ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Advantages of the trained rows (`trained_counts[i]` of prompt i, consecutive) against each prompt's mean reward
+    from its earlier visits alone (`mean`, over a decayed `weight` of rewards; this batch's are not among them, so a
+    row's baseline never holds its own reward), or on a first visit (`weight` 0) `first_visit_mean`; scaled as
+    `against_batch_deviation` scales: one deviation for the batch, since a prompt's earlier rewards alone have none
+    after a single reward, or none where they agreed."""
+    return against_batch_deviation(trained, trained_counts, np.where(np.asarray(weight) > 0, mean, first_visit_mean),
+                                   scale)
+
+
+def against_batch_deviation(trained: torch.Tensor, trained_counts: np.ndarray, baseline: np.ndarray, scale: bool
+                            ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each trained row's reward minus its prompt's `baseline`; with `scale`, divided by the batch's deviation plus
+    1e-4, as TRL's `scale_rewards="batch"` divides. A batch whose rewards all agree has no deviation to scale by: its
+    advantages are then 0, as GRPO's group without spread (unscaled, they stand). Unscored rows get 0."""
+    deviation, agree = batch_deviation(trained) if scale else (None, False)
+    prompts = len(trained_counts)
+    return _against_baseline(trained, trained_counts, baseline,
+                             None if deviation is None else np.full(prompts, deviation), np.full(prompts, agree),
+                             epsilon=1e-4)
+
+
+def group_means(groups: list[np.ndarray]) -> np.ndarray:
+    """Each group's mean scored reward (0 where none is scored: its rows are unscored and get 0 anyway)."""
+    return np.array([group[~np.isnan(group)].mean() if (~np.isnan(group)).any() else 0.0 for group in groups])
+
+
+def history_moments(tracker, keys: list[str], groups: list[np.ndarray], trained: torch.Tensor, first_visit: str
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each group's baseline moments under the history baseline: its prompt's history merged with the group's own
+    rewards (`groups[i]`); on a prompt's first visit with `first_visit="batch"`, the batch's (its trained `rewards`)
+    instead of the group's alone."""
+    weight, mean, m2 = tracker.reward_moments_of_groups(keys, groups)
+    if first_visit == "batch":
+        first = tracker.reward_moments(keys)[0] == 0
+        weight[first], mean[first], m2[first] = batch_moments(trained)
+    return weight, mean, m2
+
+
 def advantages_against_baseline(baseline: str, trained_per_func: torch.Tensor, trained_counts: np.ndarray,
                                 trained: torch.Tensor, generated: torch.Tensor, generated_counts: np.ndarray,
                                 keys: list[str], tracker, reward_weights: torch.Tensor, scale_rewards: str,
-                                aggregation: str) -> tuple[torch.Tensor, torch.Tensor]:
+                                aggregation: str, first_visit: str = "group", includes_batch: bool = True
+                                ) -> tuple[torch.Tensor, torch.Tensor]:
     """The trained rows' advantages against `baseline` (`advantage_baseline`): `"group"`, GRPO's over each prompt's
     trained rows (`trained_per_func`, rewards per function); `"all_rollouts"`, the weighted rewards of all its rollouts
-    of the batch (`generated`, `generated_counts[i]` of prompt i, in plan order); `"history"`, its reward history in
-    `tracker` pooled with them. `trained` are the trained rows' weighted rewards, `keys` the prompts' tracker keys."""
+    of the batch (`generated`, `generated_counts[i]` of prompt i, in plan order); `"batch"`, the batch's mean reward;
+    `"history"`, its reward history in `tracker`, pooled with them (`includes_batch`) or its earlier visits alone, a
+    first visit falling back to the prompt's group or to the batch (`first_visit`). `trained` are the trained rows'
+    weighted rewards, `keys` the prompts' tracker keys."""
     scale = scale_rewards != "none"
     if baseline == "all_rollouts":
         return advantages_against_all_rollouts(trained, trained_counts, generated, generated_counts, scale=scale)
+    if baseline == "batch":
+        return advantages_against_batch(trained, trained_counts, scale=scale)
     if baseline == "history":
         groups = np.split(generated.detach().to(torch.float64).cpu().numpy(), np.cumsum(generated_counts)[:-1])
-        return advantages_against_moments(trained, trained_counts, *tracker.reward_moments_of_groups(keys, groups),
-                                          scale=scale)
+        if not includes_batch:
+            weight, mean, _ = tracker.reward_moments(keys)
+            first_visit_mean = (np.full(len(keys), batch_moments(trained)[1]) if first_visit == "batch" else
+                                group_means(groups))
+            return advantages_against_earlier_visits(trained, trained_counts, weight, mean, first_visit_mean, scale)
+        return advantages_against_moments(trained, trained_counts,
+                                          *history_moments(tracker, keys, groups, trained, first_visit), scale=scale)
     counts = torch.as_tensor(trained_counts, device=trained_per_func.device)
     return grouped_advantages(trained_per_func, counts, reward_weights, scale_rewards, aggregation)
 

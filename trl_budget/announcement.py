@@ -11,6 +11,7 @@ PROMPT_ORDERS = {"spo": "drawn by SPO's weights", "value": "drawn by the allocat
 BASELINES = {
     "group": "GRPO's group (the prompt's rollouts of the batch)",
     "all_rollouts": "all the prompt's rollouts generated in the batch, trained or not",
+    "batch": "the batch's mean reward, one baseline for the whole generation batch",
     "spo": "the prompt's SPO estimate from before the batch, normalized over the batch",
 }
 STAGES = {  # the setting that turns a stage off -> what the stage changes
@@ -40,13 +41,21 @@ def num_generations_given(args) -> int:
     return args.__dict__.get("num_generations_as_given", args.num_generations)
 
 
+def draws_every_candidate(args) -> bool:
+    """Whether prompt sampling's pools hold one generation batch's prompts each (`prompt_sampling_pool`), so that
+    every candidate is drawn once: the batch's prompts are TRL's sampler's, whatever the weights."""
+    return (args.resolved_prompt_sampling() is not None
+            and args.prompt_sampling_pool == args.prompts_per_generation_batch())
+
+
 def rule_in_effect(args, allocator, baseline: str) -> str:
     """The run's rule in one sentence: its allocation, how its batches are generated, its prompts, its baseline."""
     stages = [name for name, on in (("a probe stage", args.probe_generations),
                                     ("rounds until mixed", args.rounds_generations),
                                     ("dynamic sampling", args.dynamic_sampling),
                                     ("its own rounds", hasattr(allocator, "round_rule"))) if on]
-    prompts = PROMPT_ORDERS.get(args.resolved_prompt_sampling(), "in TRL's sampler's order")
+    prompts = ("in TRL's sampler's order" if draws_every_candidate(args) else
+               PROMPT_ORDERS.get(args.resolved_prompt_sampling(), "in TRL's sampler's order"))
     per_prompt = getattr(allocator, "rollouts_per_prompt", None)  # SPO's layout: the batch's size in prompts
     layout = ("" if per_prompt is None else f", {per_prompt} rollout{'s' if per_prompt > 1 else ''} for each of the "
               f"generation batch's {args.generation_batch_size // per_prompt} prompts (num_generations="
@@ -83,14 +92,11 @@ def differences_from_grpo(args, allocator, baseline: str) -> dict[str, str]:
     for setting, change in STAGES.items():
         if getattr(args, setting.split("=")[0]):
             changes[setting] = change
-    if args.prompt_sampling is not None:
+    if args.prompt_sampling is not None and not draws_every_candidate(args):
         changes["prompt_sampling=None"] = (f"the prompts are {PROMPT_ORDERS[args.prompt_sampling]}, not in TRL's "
                                            "sampler's order")
     if baseline == "history":
-        changes["advantage_baseline='group'"] = (
-            f"each reward is compared with its prompt's reward history over about {args.advantage_history_window:g} "
-            "visits, this batch's included (advantage_baseline='history'), which is GRPO's group on a prompt's first "
-            "visit")
+        changes["advantage_baseline='group'"] = history_in_words(args)
     elif baseline != "group":
         changes["advantage_baseline='group'"] = (f"each reward is compared with {BASELINES[baseline]} "
                                                  f"(advantage_baseline={baseline!r})")
@@ -100,6 +106,24 @@ def differences_from_grpo(args, allocator, baseline: str) -> dict[str, str]:
         changes["loss_weighting='token'"] = ("each prompt's rollouts together weigh as num_generations rollouts in "
                                              "the loss")
     return changes
+
+
+def history_in_words(args) -> str:
+    """What the history baseline compares each reward with: the visits it pools, and a first visit's fallback."""
+    visits = ("this batch's included" if args.advantage_history_includes_batch else
+              "its earlier visits alone, not this batch's")
+    if args.advantage_history_first_visit == "batch":
+        first_visit = "and on a prompt's first visit with the batch's mean reward"
+    elif args.advantage_history_includes_batch:
+        first_visit = "which is GRPO's group on a prompt's first visit"
+    else:
+        first_visit = "and on a prompt's first visit with its group's mean reward"
+    shorthand = args.baseline_shorthand()
+    named = (f"advantage_baseline={shorthand!r}, which sets advantage_baseline='history', "
+             "advantage_history_includes_batch=False, advantage_history_first_visit='batch' and scale_rewards='batch'"
+             if shorthand else "advantage_baseline='history'")
+    return (f"each reward is compared with its prompt's reward history over about {args.advantage_history_window:g} "
+            f"visits, {visits} ({named}), {first_visit}")
 
 
 def announcement(args, allocator, baseline: str) -> str:

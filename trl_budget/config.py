@@ -231,18 +231,35 @@ class BudgetGRPOConfig(GRPOConfig, AllocationSettings, TrackerSettings, BatchSet
             What each rollout's reward is compared with. `"group"`: GRPO's, the mean (and, with
             `scale_rewards="group"`, the standard deviation) of the prompt's trained rollouts. `"all_rollouts"`: of
             all the prompt's rollouts generated in the batch, trained or not (Reinforce-Ada's global statistics; for
-            rules that train every rollout the same as `"group"` up to its epsilon). `"history"`: of the prompt's
-            rewards over its recent visits, this batch's included (the capability tracker's reward history,
-            `advantage_history_window`), so that a group whose rollouts all agree still carries a gradient where its
-            history differs. `"spo"`: SPO's, the prompt's success estimate alpha / (alpha + beta) from its SPO
-            tracker *before* this batch, the batch's r - p then normalized over the whole batch (with
-            `scale_rewards="none"`: not normalized); rewards must lie in [0, 1], or in `spo_reward_range`. `None`:
-            `"history"` under `budget_allocator="uniform"` (the default) where `scale_rewards` is `"group"` or
-            `"none"` and `multi_objective_aggregation="sum_then_normalize"`, `"all_rollouts"` under Reinforce-Ada
-            with `reinforce_ada_global_statistics`, `"spo"` under `budget_allocator="spo"`, else `"group"`.
+            rules that train every rollout the same as `"group"` up to its epsilon). `"batch"`: one baseline for the
+            whole generation batch, its mean reward (what SPO's normalization gives a prompt on its first visit),
+            with `scale_rewards="batch"` divided by the batch's standard deviation as TRL divides (`"none"`: not
+            divided; `"group"` is refused: it pairs each prompt's deviation with its own mean). `"history"`: of the
+            prompt's rewards over its recent visits, this batch's included (the capability tracker's reward history,
+            `advantage_history_window`, `advantage_history_includes_batch`), so that a group whose rollouts all agree
+            still carries a gradient where its history differs; on a first visit its group's, or the batch's
+            (`advantage_history_first_visit`). `"spo"`: SPO's, the prompt's success estimate alpha / (alpha + beta)
+            from its SPO tracker *before* this batch, the batch's r - p then normalized over the whole batch (with
+            `scale_rewards="none"`: not normalized); rewards must lie in [0, 1], or in `spo_reward_range`.
+            `"earlier_or_batch"`: shorthand for `"history"` with `advantage_history_includes_batch=False`,
+            `advantage_history_first_visit="batch"` and `scale_rewards="batch"`: each reward against its prompt's
+            mean reward from earlier visits or, on a first visit, the batch's mean, one deviation for the batch; it
+            keeps the user's `num_generations`, batch sizes and TRL's rows. `None`: `"history"` under
+            `budget_allocator="uniform"` (the default) where `scale_rewards` is `"group"` or `"none"` and
+            `multi_objective_aggregation="sum_then_normalize"`, `"all_rollouts"` under Reinforce-Ada with
+            `reinforce_ada_global_statistics`, `"spo"` under `budget_allocator="spo"`, else `"group"`. `"batch"` and
+            `"earlier_or_batch"` exist for the sixth study's arms; no result recommends them yet.
         advantage_history_window (`float`, *optional*, defaults to `16.0`):
             With `advantage_baseline="history"`: each earlier visit of a prompt weighs `1 - 1/window` times the next,
             so that its history counts about as many visits (1: this batch alone).
+        advantage_history_first_visit (`str`, *optional*, defaults to `"group"`):
+            With `advantage_baseline="history"`: the baseline of a prompt never seen before. `"group"`: its own
+            rollouts of the batch, GRPO's group. `"batch"`: the batch's mean reward (and, with `scale_rewards="group"`,
+            its standard deviation), never the prompt's own rollouts alone.
+        advantage_history_includes_batch (`bool`, *optional*, defaults to `True`):
+            With `advantage_baseline="history"`: pool this batch's rewards into the prompt's history (`True`), or
+            compare each reward with the prompt's earlier visits alone (`False`: no row's baseline holds its own
+            reward), which takes `scale_rewards` `"batch"` (one deviation for the batch) or `"none"`.
         advantage_clip (`float` or `None`, *optional*, defaults to `None`):
             Clip the grouped advantages to [-advantage_clip, advantage_clip]. `None`: no clipping, as TRL. The
             Knapsack RL release clips at 5: a lone success among 128 rollouts would otherwise get an advantage of
@@ -504,18 +521,31 @@ class BudgetGRPOConfig(GRPOConfig, AllocationSettings, TrackerSettings, BatchSet
     advantage_baseline: str | None = field(
         default=None,
         metadata={"help": "What each reward is compared with: 'group' (GRPO's: the prompt's trained rollouts), "
-                  "'all_rollouts' (all its rollouts of the batch, Reinforce-Ada's global statistics) or 'history' "
-                  "(its rewards over recent visits, this batch's included; GRPO's group on a first visit) or 'spo' "
-                  "(SPO's: its success estimate from before this batch, advantages normalized over the batch). None: "
-                  "'history' under budget_allocator='uniform' (the default) with scale_rewards 'group' or 'none' and "
-                  "sum_then_normalize, 'all_rollouts' under Reinforce-Ada with reinforce_ada_global_statistics, 'spo' "
-                  "under budget_allocator='spo', else 'group'. 'group' trains exactly as GRPOTrainer.",
-                  "choices": ["group", "all_rollouts", "history", "spo"]},
+                  "'all_rollouts' (all its rollouts of the batch, Reinforce-Ada's global statistics), 'batch' (the "
+                  "batch's mean reward, one baseline for the batch; scale_rewards 'batch' or 'none'), 'history' "
+                  "(its rewards over recent visits, this batch's included; GRPO's group on a first visit), 'spo' "
+                  "(SPO's: its success estimate from before this batch, advantages normalized over the batch) or "
+                  "'earlier_or_batch' (shorthand: 'history' from earlier visits alone, the batch's mean on a first "
+                  "visit, scale_rewards='batch'). None: 'history' under budget_allocator='uniform' (the default) with "
+                  "scale_rewards 'group' or 'none' and sum_then_normalize, 'all_rollouts' under Reinforce-Ada with "
+                  "reinforce_ada_global_statistics, 'spo' under budget_allocator='spo', else 'group'. 'group' trains "
+                  "exactly as GRPOTrainer.",
+                  "choices": ["group", "all_rollouts", "batch", "history", "spo", "earlier_or_batch"]},
     )
     advantage_history_window: float = field(
         default=16.0,
         metadata={"help": "With advantage_baseline='history': each earlier visit weighs 1 - 1/window times the next, "
                   "so the history counts about this many visits (1: this batch alone)."},
+    )
+    advantage_history_first_visit: str = field(
+        default="group",
+        metadata={"help": "With advantage_baseline='history': a prompt's baseline on its first visit, 'group' (its "
+                  "own rollouts, GRPO's) or 'batch' (the batch's mean reward).", "choices": ["group", "batch"]},
+    )
+    advantage_history_includes_batch: bool = field(
+        default=True,
+        metadata={"help": "With advantage_baseline='history': pool this batch's rewards into the prompt's history "
+                  "(True) or compare with its earlier visits alone (False; scale_rewards 'batch' or 'none')."},
     )
     advantage_clip: float | None = field(
         default=None,

@@ -256,7 +256,9 @@ class BudgetGRPOTrainer(GRPOTrainer):
             return self.spo.advantages(keys, trained.counts, rewards, self._metrics["train"])
         return advantages_against_baseline(self.advantage_baseline, trained.rewards, trained.counts, rewards,
                                            generated_rewards, rounds.counts, keys, self.tracker, self.reward_weights,
-                                           self.scale_rewards, self.multi_objective_aggregation)
+                                           self.scale_rewards, self.multi_objective_aggregation,
+                                           self.args.advantage_history_first_visit,
+                                           self.args.advantage_history_includes_batch)
 
     def _round_rule(self, prompts: list[dict[str, Any]], keys: list[str], history_rates: np.ndarray, budget: int,
                     failure_rate):

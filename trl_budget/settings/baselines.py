@@ -11,25 +11,40 @@ from ..checks import (
 PROMPT_WEIGHTED_LOSSES = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo", "cispo", "sapo", "vespo")
 
 
-ADVANTAGE_BASELINES = ("group", "all_rollouts", "history", "spo")
+ADVANTAGE_BASELINES = ("group", "all_rollouts", "batch", "history", "spo")
+HISTORY_FIRST_VISITS = ("group", "batch")
+# A named rule of several settings -> the settings it stands for (the config holds them once resolved).
+BASELINE_SHORTHANDS = {
+    "earlier_or_batch": {"advantage_baseline": "history", "advantage_history_includes_batch": False,
+                         "advantage_history_first_visit": "batch", "scale_rewards": "batch"},
+}
 
 
 class BaselineSettings:
     """`BudgetGRPOConfig`'s part for the advantage baseline (checked and resolved) and the loss's weighting."""
 
     def check_advantage_baseline(self) -> None:
-        """The baseline is one of the three, its window a number of visits, and the rewards' scaling has a meaning
-        for it; `reinforce_ada_global_statistics` is its older name under Reinforce-Ada, not a second setting."""
+        """The baseline is one of the five (a shorthand resolved to its settings), its window a number of visits,
+        its first visit's fallback a name, and the rewards' scaling has a meaning for it;
+        `reinforce_ada_global_statistics` is its older name under Reinforce-Ada, not a second setting."""
+        self.resolve_baseline_shorthand()
         baseline = self.advantage_baseline
         if baseline is not None and baseline not in ADVANTAGE_BASELINES:
             raise ValueError(
                 f"advantage_baseline={baseline!r} is not a baseline: choose 'group' (GRPO's), 'all_rollouts' (all the "
-                "prompt's rollouts of the batch), 'history' (its recent visits) or 'spo' (SPO's estimate), or None for the "
+                "prompt's rollouts of the batch), 'batch' (the batch's mean reward), 'history' (its recent visits), "
+                "'spo' (SPO's estimate) or 'earlier_or_batch' (its earlier visits, else the batch), or None for the "
                 "rule's own."
             )
         if not (is_finite_number(self.advantage_history_window) and self.advantage_history_window >= 1):
             raise ValueError(f"advantage_history_window must be a finite number of visits, at least 1, got "
                              f"{shown(self.advantage_history_window)}.")
+        if self.advantage_history_first_visit not in HISTORY_FIRST_VISITS:
+            raise ValueError(
+                f"advantage_history_first_visit={self.advantage_history_first_visit!r} is not a fallback: choose "
+                "'group' (a prompt's first visit against its own group, GRPO's) or 'batch' (against the batch's mean "
+                "reward)."
+            )
         if baseline is not None and not self.reinforce_ada_global_statistics:
             raise ValueError(
                 f"reinforce_ada_global_statistics=False and advantage_baseline={baseline!r} both choose the baseline; "
@@ -37,25 +52,68 @@ class BaselineSettings:
             )
         self.check_baseline_scaling(self.resolved_advantage_baseline())
 
+    def resolve_baseline_shorthand(self) -> None:
+        """A shorthand baseline (`BASELINE_SHORTHANDS`) sets the settings it stands for; TRL's `scale_rewards` at its
+        default ('group') becomes the shorthand's, any other value of its settings is refused, so that the run is the
+        one the shorthand names."""
+        settings = BASELINE_SHORTHANDS.get(self.advantage_baseline)
+        if settings is None:
+            return
+        shorthand = self.advantage_baseline
+        defaults = {name: ("group" if name == "scale_rewards" else self.__dataclass_fields__[name].default)
+                    for name in settings if name != "advantage_baseline"}
+        for name, default in defaults.items():
+            value = settings[name]
+            if getattr(self, name) not in (value, default):
+                written_out = ", ".join(f"{setting}={setting_value!r}" for setting, setting_value in settings.items()
+                                        if setting != name)
+                raise ValueError(
+                    f"advantage_baseline={shorthand!r} stands for {name}={value!r}, but {name}="
+                    f"{getattr(self, name)!r}. Remove {name}, or write the rule out with {written_out} and "
+                    f"{name}={getattr(self, name)!r}."
+                )
+        for name, value in settings.items():
+            setattr(self, name, value)
+        self.__dict__["_baseline_shorthand"] = shorthand
+
+    def baseline_shorthand(self) -> str | None:
+        """The shorthand the baseline was given by (`advantage_baseline='earlier_or_batch'`), or None."""
+        return self.__dict__.get("_baseline_shorthand")
+
     def check_baseline_scaling(self, baseline: str) -> None:
-        """A baseline over more than the trained rows defines a group's scale, or none: `scale_rewards` 'group' or
-        'none' of the summed rewards."""
-        if baseline == "spo" and self.multi_objective_aggregation != "sum_then_normalize":
+        """Each baseline's rewards scaling: SPO's, the batch's and the history's compare summed rewards; a baseline
+        over more than the trained rows defines a group's scale or none; one that is not a prompt's own rewards
+        (the batch, a prompt's earlier visits) the batch's scale or none."""
+        if baseline in ("spo", "batch", "all_rollouts", "history") and (self.multi_objective_aggregation
+                                                                         != "sum_then_normalize"):
             raise ValueError(
-                "the advantage baseline 'spo' compares each rollout's summed reward with its prompt's success "
-                f"estimate; multi_objective_aggregation={self.multi_objective_aggregation!r} normalizes each reward "
-                "function apart first, which has no such meaning. Use multi_objective_aggregation="
-                "'sum_then_normalize', or another advantage_baseline."
+                f"the advantage baseline {baseline!r} compares each rollout's summed reward with its baseline; "
+                f"multi_objective_aggregation={self.multi_objective_aggregation!r} normalizes each reward function "
+                "apart first, which has no such meaning. Use multi_objective_aggregation='sum_then_normalize', or "
+                "advantage_baseline='group'."
             )
-        if baseline in ("all_rollouts", "history") and (self.scale_rewards == "batch" or
-                                                          self.multi_objective_aggregation != "sum_then_normalize"):
+        if baseline == "batch" and self.scale_rewards == "group":
+            raise ValueError(
+                "the advantage baseline 'batch' compares every reward with the batch's mean reward; "
+                "scale_rewards='group' divides by each prompt's own deviation, which GRPO pairs with each prompt's "
+                "own mean. Use scale_rewards='batch' (the batch's deviation, as SPO's normalization gives a prompt on "
+                "its first visit) or 'none'."
+            )
+        earlier_only = baseline == "history" and not self.advantage_history_includes_batch
+        if earlier_only and self.scale_rewards == "group":
+            raise ValueError(
+                "advantage_history_includes_batch=False compares each reward with its prompt's earlier visits alone; "
+                "scale_rewards='group' would divide by their deviation, which a single earlier reward does not have "
+                "and earlier rewards that agree make 0. Use scale_rewards='batch' (the batch's deviation) or 'none'."
+            )
+        if baseline in ("all_rollouts", "history") and not earlier_only and self.scale_rewards == "batch":
             raise ValueError(
                 f"the advantage baseline {baseline!r} (advantage_baseline; under Reinforce-Ada "
                 f"reinforce_ada_global_statistics) takes each prompt's mean and deviation of the summed rewards over "
                 f"more than its trained rows, which defines the scale of a group (scale_rewards='group') or none "
-                f"(scale_rewards='none'); scale_rewards={self.scale_rewards!r} with multi_objective_aggregation="
-                f"{self.multi_objective_aggregation!r} has no such meaning. Use scale_rewards='group' or 'none' with "
-                "'sum_then_normalize', or advantage_baseline='group'."
+                f"(scale_rewards='none'); scale_rewards='batch' (one deviation for the whole batch) has no such "
+                "meaning. Use scale_rewards='group' or 'none', advantage_history_includes_batch=False (its earlier "
+                "visits alone) with the history baseline, or advantage_baseline='group'."
             )
 
     def resolved_advantage_baseline(self, allocator=None) -> str:

@@ -15,6 +15,8 @@ from .renamed import RENAMED_SETTINGS
 
 # The built-in allocators whose options are fields of their own.
 ALLOCATORS_WITH_FIELDS = ("knapsack", "coba", "reinforce_ada", "vip")
+# The history baseline's own settings.
+HISTORY_SETTINGS = ("advantage_history_window", "advantage_history_first_visit", "advantage_history_includes_batch")
 
 
 def budget_fields(config) -> list:
@@ -67,11 +69,12 @@ class UnreadSettings:
                 "does not set, so it would be ignored. Remove it, or set dynamic_sampling=True."
             )
         self.refuse_unread_spo_settings(changed)
-        if "advantage_history_window" in changed and self.resolved_advantage_baseline() != "history":
+        history = [name for name in HISTORY_SETTINGS if name in changed]
+        if history and self.resolved_advantage_baseline() != "history":
             raise ValueError(
-                f"advantage_history_window={changed['advantage_history_window']!r} is read only with "
-                f"advantage_baseline='history' (this run's: {self.resolved_advantage_baseline()!r}), which would "
-                "ignore it. Remove it, or set advantage_baseline='history'."
+                f"{history[0]}={changed[history[0]]!r} is read only with advantage_baseline='history' (this run's: "
+                f"{self.resolved_advantage_baseline()!r}), which would ignore it. Remove it, or set "
+                "advantage_baseline='history'."
             )
         rule, unread = self._rule_and_unread_settings()
         ignored = [name for name in unread if name in changed]
