@@ -2324,3 +2324,30 @@ def test_the_drop_in_contract_states_the_default_bound_the_settings_hold():
     from trl_budget.settings.allocation import DEFAULT_MAX_GENERATIONS
 
     assert f"above the default bound ({DEFAULT_MAX_GENERATIONS}) is taken" in page("docs/trainer.md")
+
+
+def test_the_vip_page_states_the_release_agreement_as_measured():
+    record = read("allocation_time/results/vip_release_agreement.json")
+    cases = json.loads((ROOT / "tests" / "data" / "vip_release_cases.json").read_text())
+    text = page("docs/vip.md")
+    section = text[text.index("## Against the recorded cases"):text.index("## Every difference from the release")]
+    default, one = record["default_threads"], record["one_thread"]
+    solved = [case for case in cases["cases"] if case["solver_x"]]
+    stopped = sum(not case["solver_success"] for case in solved)
+    differ = default["solved_cases"] - default["same_counts"]
+    assert default["whole_number_ulps"] + default["stopped_short"] + default["other_stopping_point"] == differ
+    assert record["machine"]["cores"] == 2 and "avx2" in record["machine"]["simd_flags"]
+    expected = [f"scipy {cases['scipy']}, numpy {cases['numpy']}", f"holds {len(cases['cases'])} calls",
+                f"{len(solved)} solved by SLSQP ({stopped} of them stopped", f"{len(cases['cases']) - len(solved)} with "
+                "equal rates", f"every one of the {len(solved)}", f"bit for bit in {default['same_real_solution']} of "
+                f"the {default['solved_cases']} cases",
+                f"recorded ones in {default['same_counts']} of the {default['solved_cases']} with OpenBLAS's default "
+                f"threads ({default['same_counts_where_release_converged']} of the {default['release_converged']} "
+                f"where the release's solver converged), and in {one['same_counts']} of the {one['solved_cases']} "
+                f"with one thread ({one['same_counts_where_release_converged']} of the {one['release_converged']})",
+                f"In {default['whole_number_ulps']} of the {differ}", f"{default['stopped_short']} stopped at",
+                f"in {default['other_stopping_point']}, both solves", f"iteration limit ({stopped} cases)",
+                f"in all {stopped}", f"the {len(cases['cases']) - len(solved)} equal-rate cases",
+                "AVX2, 2 cores"]
+    assert (default["stopped_short"], default["other_stopping_point"]) == (2, 1)  # the prose's "2" and "in 1"
+    assert_stated_and_nothing_else(section, expected)

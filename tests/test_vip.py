@@ -49,24 +49,25 @@ def test_equal_rates_are_split_as_the_release_splits_them(index):
     assert allocator.allocate(case["pass_rates"], case["budget"]).tolist() == case["counts"]
 
 
-def test_slsqp_here_reaches_the_release_objective_and_its_counts_where_it_reaches_its_solution():
-    """SLSQP's iterates depend on the machine's floating point (BLAS kernels): its real solution here may differ
-    from the recorded one within the solver's tolerance. Where it is the same, the counts are; every solved case
-    reaches the recorded objective within 1e-3 (relative), and most give the same counts. (The 8-prompt batches
-    only: SLSQP takes seconds on the larger ones; every recorded case's rounding is checked above without it.)"""
-    same_counts, small = 0, [case for case in SOLVED if len(case["pass_rates"]) <= 8]
-    for case in small:
+def test_slsqp_here_gives_the_release_counts_wherever_its_floors_are_the_release_ones():
+    """SLSQP's iterates depend on the machine's floating point, even with the same scipy and numpy (its BLAS calls,
+    and the number of BLAS threads): here its real solution equals the recorded one bit for bit in few cases, and
+    differs within the solver's tolerance elsewhere. The rounding reads only the floors of the real counts, so the
+    counts are the recorded ones wherever the floors are. Where a count's floors differ though its two solutions agree
+    to 1e-9, it sits at a whole number (a bound, 4 or 32) on one machine and ulps below it on the other.
+    (`benchmarks/allocation_time/vip_release_agreement.py` counts each cause; about 10 s on 2 idle cores.)"""
+    same_counts = 0
+    for case in SOLVED:
         allocator = VIPAllocator(case["lower"], case["upper"], rule=case["rule"])
-        counts = allocator.allocate(case["pass_rates"], case["budget"])
-        real = allocator.last_solve["real_counts"]
-        recorded = np.array(case["solver_x"])
-        objective = VarianceObjective(case["pass_rates"], case["rule"])
-        if np.array_equal(real, recorded):
-            assert counts.tolist() == case["counts"]
-        if case["solver_success"]:
-            assert abs(objective.value(real) - objective.value(recorded)) <= 1e-3 * abs(objective.value(recorded))
-        same_counts += counts.tolist() == case["counts"]
-    assert len(small) == 18 and same_counts >= 0.8 * len(small)
+        counts = allocator.allocate(case["pass_rates"], case["budget"]).tolist()
+        real, recorded = allocator.last_solve["real_counts"], np.array(case["solver_x"])
+        floors_differ = np.floor(real) != np.floor(recorded)
+        if not floors_differ.any():
+            assert counts == case["counts"]
+        ulps_apart = floors_differ & (np.abs(real - recorded) < 1e-9)
+        assert np.all(np.maximum(real, recorded)[ulps_apart] % 1.0 == 0.0)
+        same_counts += counts == case["counts"]
+    assert same_counts >= 0.75 * len(SOLVED)
 
 
 def test_the_release_stops_short_where_recorded_and_the_exact_solver_does_better():
