@@ -11,6 +11,7 @@ Design, fixed before the first run:
   seeds 0, 1 and 2, under uniform GRPO: every batch prompt gets 8 rollouts, so every observed rate has the same
   noise, and no predictor decides which prompts are observed. The tracker keeps VIP's plain rule (a prompt's rate is
   its last visit's).
+- The seeds run side by side, in processes of one thread each.
 - Recorded per batch: its prompts, each one's successes and rollouts, and the tracker after it. Embeddings: the
   policy's, as VIP's stage makes them by default (`VIPStage.prepare` before the first batch: the warm start's last
   hidden layer, mean-pooled over the prompt's tokens, L2-normalised). A prompt's text holds its level (the operator
@@ -42,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import multiprocessing
 import sys
 import tempfile
 from pathlib import Path
@@ -131,6 +133,20 @@ def predictions(recorder: BatchRecord, folder: str) -> list[dict]:
     return rows
 
 
+def seed_run(seed: int, settings: RLSettings) -> tuple[list[dict], dict, dict]:
+    """One seed's run: its predictions and scores' rows, the embeddings' structure, the run's summary."""
+    import torch
+
+    torch.set_num_threads(1)  # the seeds run side by side
+    with tempfile.TemporaryDirectory() as folder:
+        recorder, run = train_and_record(seed, settings, folder)
+        rows = predictions(recorder, folder)
+        structure = embedding_structure(recorder.stage, levels_of(recorder.stage, recorder.trainer))
+    print(f"seed {seed}: {run['seconds']:.0f} s", flush=True)
+    return rows, structure, {"seed": seed, "seconds": run["seconds"], "start_accuracy": run["curve"][0]["accuracy"],
+                             "final_accuracy": run["curve"][-1]["accuracy"]}
+
+
 def batch_errors(rows: list[dict], kind: str, predictor: str, metric: str) -> np.ndarray:
     """Per batch with prompts of `kind`, the mean error of `predictor` over them."""
     errors = []
@@ -207,15 +223,10 @@ def main(argv=None):
     output = args.output or (Path(tempfile.gettempdir()) / "vip_prediction_error.json" if args.quick
                              else RESULTS / "vip_prediction_error.json")
     settings = RLSettings.for_steps(steps, evaluations=4) if args.quick else RLSettings()
-    rows_by_seed, structure, runs = [], None, []
-    for seed in seeds:
-        with tempfile.TemporaryDirectory() as folder:
-            recorder, run = train_and_record(seed, settings, folder)
-            rows_by_seed.append(predictions(recorder, folder))
-            structure = structure or embedding_structure(recorder.stage, levels_of(recorder.stage, recorder.trainer))
-        runs.append({"seed": seed, "seconds": run["seconds"], "start_accuracy": run["curve"][0]["accuracy"],
-                     "final_accuracy": run["curve"][-1]["accuracy"]})
-        print(f"seed {seed}: {run['seconds']:.0f} s", flush=True)
+    with multiprocessing.get_context("spawn").Pool(len(seeds)) as pool:  # the seeds side by side, one thread each
+        by_seed = pool.starmap(seed_run, [(seed, settings) for seed in seeds])
+    rows_by_seed, runs = [rows for rows, _, _ in by_seed], [run for _, _, run in by_seed]
+    structure = by_seed[0][1]
     record = write_record(output, "benchmarks/prediction/vip_prediction_error.py", argv, machine=machine_record(),
                           settings={"rl": {name: getattr(settings, name) for name in (
                               "steps", "prompts_per_step", "num_generations", "train_prompts", "learning_rate",
