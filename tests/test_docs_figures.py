@@ -2351,3 +2351,26 @@ def test_the_vip_page_states_the_release_agreement_as_measured():
                 "AVX2, 2 cores"]
     assert (default["stopped_short"], default["other_stopping_point"]) == (2, 1)  # the prose's "2" and "in 1"
     assert_stated_and_nothing_else(section, expected)
+
+
+# VIP's page: the predictor's prediction errors on the demo task.
+
+def test_every_figure_of_vips_prediction_error_comes_from_the_stored_benchmark():
+    import vip_prediction_error
+
+    from trl_budget.demo.study_stats import paired_interval
+
+    record = stored("prediction/results/vip_prediction_error.json")
+    for entry in record["comparisons"]:  # the intervals again from the per-batch differences stored with them
+        for metric in vip_prediction_error.METRICS:
+            mean, interval = paired_interval(entry[metric]["differences"])
+            assert mean == pytest.approx(entry[metric]["diff"], abs=1e-7)
+            assert interval == pytest.approx(entry[metric]["ci95"], abs=1e-7)
+    text = page("docs/vip.md")
+    section = text[text.index("## Prediction error on the demo task"):text.index("## Measured costs")]
+    rl, seeds = record["settings"]["rl"], record["settings"]["seeds"]
+    design = [f"{rl['prompts_per_step']} prompts x {rl['num_generations']} rollouts", f"{rl['steps']} batches",
+              f"{rl['train_prompts']} training prompts", f"seeds {', '.join(map(str, seeds[:-1]))} and {seeds[-1]}"]
+    assert_stated_and_nothing_else(section, [" ".join(vip_prediction_error.markdown_table(record).split()), *design],
+                                   ("sigmoid(-1) = 0.27", "prior -5", "prior -1", "95%", "batch 0", "t - 1",
+                                    "six levels", "1e-6"))

@@ -16,7 +16,7 @@ BUDGET_FIELDS = [f for f in fields(BudgetGRPOConfig) if f.name not in GRPOConfig
 NUMBERS = [f.name for f in BUDGET_FIELDS if isinstance(f.default, (int, float)) and not isinstance(f.default, bool)
            or f.name in ("budget_token_cap", "advantage_clip", "rounds_first_generations", "rounds_max",
                          "reinforce_ada_max_generated", "pass_rate_window", "pass_rate_rollout_pool",
-                         "pass_rate_min_rollouts", "failure_rate_window")]
+                         "pass_rate_min_rollouts", "failure_rate_window", "vip_prior_mean")]
 SWITCHES = [f.name for f in BUDGET_FIELDS if isinstance(f.default, bool)]
 
 

@@ -17,6 +17,21 @@ def dense_prediction(embeddings, observed, rates, length_scale=0.4, prior=-1.0, 
     return 1.0 / (1.0 + np.exp(-mean))
 
 
+def dense_carried_means(embeddings, fits, length_scale=0.4, prior=-5.0, jitter=1e-4):
+    """The release trainer's fits written out densely (`reuse_mean=True`): each fit's posterior mean over every
+    prompt is the next fit's prior. `fits`: (observed prompts, their rates) per fit; returns the logits after each."""
+    distance = np.linalg.norm(embeddings[:, None, :] - embeddings[None, :, :], axis=-1)
+    kernel = np.exp(-0.5 * (distance / length_scale) ** 2)
+    mean, after = np.full(embeddings.shape[0], prior), []
+    for observed, rates in fits:
+        logits = np.log(np.clip(rates, 1e-6, 1 - 1e-6) / (1 - np.clip(rates, 1e-6, 1 - 1e-6)))
+        inner = kernel[np.ix_(observed, observed)] + jitter * np.eye(observed.size)
+        mean = mean + kernel[:, observed] @ np.linalg.solve(inner, logits - mean[observed])
+        mean[observed] = logits
+        after.append(mean.copy())
+    return after
+
+
 def small_dataset(seed, prompts=60, dimensions=8):
     rng = np.random.default_rng(seed)
     embeddings = rng.normal(size=(prompts, dimensions))
@@ -63,6 +78,30 @@ def test_more_observations_than_the_bound_keep_the_most_recent():
     assert set(by_order.observed) == set(observed[-10:])
 
 
+@pytest.mark.parametrize("seed", range(2))
+def test_a_carried_mean_equals_the_dense_computation_fit_after_fit(seed):
+    embeddings, _, _ = small_dataset(seed)
+    rng = np.random.default_rng(seed)
+    # Three batches of 12 prompts, drawn with overlaps: a prompt observed again is fitted from its carried mean.
+    fits = [(rng.choice(60, size=12, replace=False), rng.integers(0, 9, 12) / 8.0) for _ in range(3)]
+    predictor = SuccessRatePredictor(embeddings, prior_mean=-5.0, block_rows=7, carry_mean=True)
+    everyone = np.arange(embeddings.shape[0])
+    for (observed, rates), dense in zip(fits, dense_carried_means(embeddings, fits)):
+        predicted = predictor.fit(observed, rates).predict(everyone)
+        np.testing.assert_allclose(predicted, 1 / (1 + np.exp(-dense)), rtol=1e-9, atol=1e-12)
+    # The same fits without the carried mean forget the first two batches: other predictions.
+    forgetting = SuccessRatePredictor(embeddings, prior_mean=-5.0).fit(*fits[-1]).predict(everyone)
+    assert np.abs(forgetting - predicted).max() > 0.05
+
+
+def test_a_carried_mean_restored_goes_on_as_the_predictor_that_carried_it():
+    embeddings, observed, rates = small_dataset(3)
+    first, second = (observed[:15], rates[:15]), (observed[10:], rates[10:])
+    carried = SuccessRatePredictor(embeddings, carry_mean=True).fit(*first)
+    restored = SuccessRatePredictor(embeddings, carry_mean=True).start_from(carried.carried_mean).fit(*second)
+    assert np.array_equal(restored.carried_mean, carried.fit(*second).carried_mean)
+
+
 @pytest.mark.parametrize("make, message", [
     (lambda e: SuccessRatePredictor(e[0]), "embeddings must be a \\(prompts, dimensions\\) array"),
     (lambda e: SuccessRatePredictor(np.full((3, 2), np.nan)), "embeddings hold NaN"),
@@ -74,6 +113,8 @@ def test_more_observations_than_the_bound_keep_the_most_recent():
     (lambda e: SuccessRatePredictor(e).predict([0, 99]), "names prompt 99"),
     (lambda e: SuccessRatePredictor(e).predict([0.5]), "dataset row numbers"),
     (lambda e: SuccessRatePredictor(e, max_observed=1).fit([0, 1], [0.5, 0.2], last_seen=[1]), "last_seen must"),
+    (lambda e: SuccessRatePredictor(e).start_from(np.zeros(4)), "start_from needs a predictor made with carry_mean"),
+    (lambda e: SuccessRatePredictor(e, carry_mean=True).start_from(np.zeros(3)), "carried_mean must hold a finite"),
 ])
 def test_bad_input_is_refused_with_what_was_wrong(make, message):
     with pytest.raises(ValueError, match=message):

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 from helpers import config_kwargs, make_dataset, make_trainer
-from test_success_prediction import dense_prediction
+from test_success_prediction import dense_carried_means, dense_prediction
 
 from trl_budget import BudgetGRPOConfig, BudgetGRPOTrainer
 
@@ -80,6 +80,41 @@ def test_a_vip_run_resumes_exactly(tmp_path, tokenizer):
         assert torch.equal(mine, theirs), name
 
 
+def release_fit_predictions(trainer) -> list[np.ndarray]:
+    """Each batch's predictions by the release's fit written out densely: the last batch's tracked rates fitted
+    from the posterior mean that every earlier fit carried, the prior -5 before any."""
+    embeddings, fits, predictions = trainer.vip.embeddings, [], []
+    for batch, (tracked, plan) in enumerate(zip(trainer.before, trainer.plans)):
+        if batch:
+            last = trainer.plans[batch - 1]
+            rows = np.array(sorted(trainer.vip.keys.index(key) for key, count in zip(last.keys, last.counts)
+                                   if count > 0))
+            fits.append((rows, tracked[rows]))
+        means = dense_carried_means(embeddings, fits)[-1] if fits else np.full(embeddings.shape[0], -5.0)
+        predictions.append(1 / (1 + np.exp(-means[[trainer.vip.keys.index(key) for key in plan.keys]])))
+    return predictions
+
+
+def test_the_release_fit_carries_its_mean_from_batch_to_batch_and_through_a_resume(tmp_path, tokenizer, caplog):
+    options = dict(dataset=make_dataset(12), save_strategy="steps", save_steps=2, lr_scheduler_type="constant",
+                   learning_rate=1e-2, trainer_class=PredictionRecorder, vip_fit="release", **VIP)
+    full = make_trainer(tmp_path / "full", tokenizer, max_steps=4, **options)
+    with caplog.at_level(logging.WARNING, logger="trl_budget.trainer"):
+        full.train()
+    assert "fitted to the last batch's rates, each fit's posterior mean carried" in caplog.text
+    for plan, expected in zip(full.plans, release_fit_predictions(full), strict=True):
+        np.testing.assert_allclose(plan.pass_rates, expected, rtol=1e-9)  # what the allocator was given
+    assert np.all(full.plans[0].pass_rates == 1 / (1 + np.exp(5.0)))  # the release trainer's prior, -5
+    make_trainer(tmp_path / "part", tokenizer, max_steps=2, **options).train()
+    with np.load(tmp_path / "part" / "checkpoint-2" / "budget_vip_embeddings.npz") as saved:
+        assert saved["carried_mean"].shape == (12,) and np.ptp(saved["carried_mean"]) > 0
+    resumed = make_trainer(tmp_path / "part", tokenizer, max_steps=4, **options)
+    resumed.train(resume_from_checkpoint=str(tmp_path / "part" / "checkpoint-2"))
+    for mine, theirs in zip(resumed.plans, full.plans[2:], strict=True):
+        assert mine.keys == theirs.keys and np.array_equal(mine.pass_rates, theirs.pass_rates)
+    assert np.array_equal(resumed.vip.carried_mean, full.vip.carried_mean)
+
+
 def test_a_count_of_zero_leaves_its_prompt_out_of_the_batch(tmp_path, tokenizer):
     # Bounds 1 to 8, 2 rollouts a prompt on average: the release's rounding keeps no count below 4, so half the
     # prompts get none (the release drops them from the batch); they generate and train nothing.
@@ -110,6 +145,8 @@ def test_embeddings_from_a_file_are_read_by_dataset_row(tmp_path, tokenizer):
     ({**VIP, "dynamic_sampling": True}, "^dynamic_sampling=True .* runs with budget_allocator='uniform' only"),
     ({**VIP, "prompt_sampling": "value"}, "^prompt_sampling='value' chooses"),
     ({**VIP, "vip_length_scale": 0}, "^vip_length_scale must be a finite number above 0"),
+    ({**VIP, "vip_fit": "last"}, "^vip_fit must be 'tracked' .* or 'release'"),
+    ({"vip_fit": "release"}, "^vip_fit='release' is read only by budget_allocator='vip'"),
     ({**VIP, "vip_max_observed": 0}, "^vip_max_observed must be a whole number of at least 1"),
     ({**VIP, "vip_embeddings": "minilm"}, "^vip_embeddings must be 'policy'"),
     ({**VIP, "vip_embeddings": "missing.npy"}, "^vip_embeddings='missing.npy' is not a file"),

@@ -31,9 +31,12 @@ def vip_clause(args, allocator) -> str:
         return ""
     source = ("the policy's hidden states" if args.budget_allocator != "vip" or args.vip_embeddings == "policy"
               else args.vip_embeddings)
+    fitted = ("the last batch's rates, each fit's posterior mean carried as the next one's prior (the release's "
+              "fit)" if args.vip_fit == "release" else "every tracked rate")
     return (f", minimising the gradient's variance (VIP's {allocator.rule} objective, solver {allocator.solver!r}) "
-            "from success rates a Gaussian process predicts for every prompt, unseen ones included, over embeddings "
-            f"of {source}; a prompt whose count rounds below 4 gets none and is left out of the batch")
+            f"from success rates a Gaussian process fitted to {fitted} predicts for every prompt, unseen ones "
+            f"included, over embeddings of {source}; a prompt whose count rounds below 4 gets none and is left out "
+            "of the batch")
 
 
 def num_generations_given(args) -> int:

@@ -135,8 +135,13 @@ class BudgetGRPOConfig(GRPOConfig, AllocationSettings, TrackerSettings, BatchSet
             (water-filling on the same objective; needs `budget_min_generations` above 1 for rloo, 3 for grpo).
         vip_length_scale (`float`, *optional*, defaults to `0.4`):
             The predictor's RBF length scale on the distance between prompt embeddings.
-        vip_prior_mean (`float`, *optional*, defaults to `-1.0`):
-            The predictor's prior mean in logit space (sigmoid(-1) = 0.27).
+        vip_fit (`str`, *optional*, defaults to `"tracked"`):
+            What each fit of the predictor sees: `"tracked"` (the tracker's rates of every prompt seen so far, each
+            fit from the prior) or `"release"` (as the release's trainer: the last batch's rates only, each fit's
+            posterior mean carried over the whole dataset as the next fit's prior, and kept with each checkpoint).
+        vip_prior_mean (`float` or `None`, *optional*, defaults to `None`):
+            The predictor's prior mean in logit space. None: -1 (sigmoid(-1) = 0.27, the release's `GPR` default)
+            under `vip_fit="tracked"`, -5 (sigmoid(-5) = 0.0067, the release's trainer) under `vip_fit="release"`.
         vip_max_observed (`int`, *optional*, defaults to `4096`):
             Most tracked prompts a fit conditions on (the most recently visited).
         vip_embeddings (`str`, *optional*, defaults to `"policy"`):
@@ -561,7 +566,16 @@ class BudgetGRPOConfig(GRPOConfig, AllocationSettings, TrackerSettings, BatchSet
                                    "choices": ["slsqp", "exact"]},
     )
     vip_length_scale: float = field(default=0.4, metadata={"help": "VIP's predictor: the RBF length scale."})
-    vip_prior_mean: float = field(default=-1.0, metadata={"help": "VIP's predictor: the prior mean (a logit)."})
+    vip_fit: str = field(
+        default="tracked",
+        metadata={"help": "VIP's predictor fits: 'tracked' (every tracked rate, from the prior) or 'release' (the "
+                  "last batch's rates, each fit's posterior mean the next fit's prior).",
+                  "choices": ["tracked", "release"]},
+    )
+    vip_prior_mean: float | None = field(
+        default=None, metadata={"help": "VIP's predictor: the prior mean (a logit). None: -1 under "
+                                "vip_fit='tracked', -5 (the release trainer's) under 'release'."},
+    )
     vip_max_observed: int = field(
         default=4096, metadata={"help": "VIP's predictor: most tracked prompts a fit conditions on (the latest)."},
     )

@@ -20,7 +20,13 @@ the batch against the observed prompts for a prediction), and the observed set i
 more observations than that, the most recently seen are kept. The Cholesky factor is then at most max_observed^2
 numbers (128 MB at 4 096), its cost O(max_observed^3) once per fit. With at most `max_observed` observations the
 predictions equal the dense computation's (tests/test_success_prediction.py); beyond it, older observations are
-left out, which the release never does (it fits on the last batch alone: see docs/vip.md).
+left out.
+
+Carrying the mean (`carry_mean=True`), as the release's trainer runs its `GPR` (`reuse_mean=True`): each fit's
+posterior mean, over every prompt of the dataset, is the next fit's prior, so that a fit on the last batch alone
+still remembers what earlier batches showed. The carried mean is one number a prompt (a logit), updated at every fit
+by the kernel between the dataset and the fit's observations, block by block: O(prompts x observations) time, no
+dataset-wide matrix. At an observed prompt it is set to the observation, as the release sets it.
 """
 
 from __future__ import annotations
@@ -42,10 +48,12 @@ class SuccessRatePredictor:
         jitter: added to the observed covariance's diagonal before its Cholesky factorisation (the release's 1e-4).
         max_observed: the most observations a fit keeps (the most recently seen); bounds memory and the O(m^3) fit.
         block_rows: rows of distances computed at once.
+        carry_mean: each fit's posterior mean is the next fit's prior (the release trainer's `reuse_mean=True`);
+            False: every fit starts from `prior_mean`.
     """
 
     def __init__(self, embeddings, length_scale: float = 0.4, prior_mean: float = -1.0, jitter: float = 1e-4,
-                 max_observed: int = 4096, block_rows: int = 1024):
+                 max_observed: int = 4096, block_rows: int = 1024, carry_mean: bool = False):
         embeddings = np.asarray(embeddings, dtype=np.float64)
         if embeddings.ndim != 2 or embeddings.shape[0] == 0 or embeddings.shape[1] == 0:
             raise ValueError(f"embeddings must be a (prompts, dimensions) array with a row per prompt, got shape "
@@ -64,6 +72,20 @@ class SuccessRatePredictor:
         self.observed = np.empty(0, dtype=np.int64)
         self.observed_logits = np.empty(0)
         self.weights = np.empty(0)  # (K + jitter I)^-1 (g - prior mean)
+        # With carry_mean, the posterior mean in logit space of every prompt, the prior of the next fit.
+        self.carried_mean = np.full(embeddings.shape[0], self.prior_mean) if carry_mean else None
+
+    def start_from(self, carried_mean) -> "SuccessRatePredictor":
+        """Carry on from a posterior mean that an earlier predictor carried (its `carried_mean`, e.g. restored from
+        a checkpoint): a logit per prompt."""
+        if self.carried_mean is None:
+            raise ValueError("start_from needs a predictor made with carry_mean=True.")
+        carried_mean = np.asarray(carried_mean, dtype=np.float64)
+        if carried_mean.shape != self.carried_mean.shape or not np.isfinite(carried_mean).all():
+            raise ValueError(f"carried_mean must hold a finite logit per prompt ({self.carried_mean.size}), got shape "
+                             f"{carried_mean.shape}.")
+        self.carried_mean = carried_mean.copy()
+        return self
 
     def fit(self, prompts, rates, last_seen=None) -> "SuccessRatePredictor":
         """Condition on observed success rates: `rates[k]` of dataset prompt `prompts[k]`. `last_seen` (e.g. the
@@ -76,24 +98,37 @@ class SuccessRatePredictor:
         covariance[np.diag_indices_from(covariance)] += self.jitter
         from scipy.linalg import cho_solve, cholesky  # scipy only where a fit needs it
 
+        prior = self.prior_mean if self.carried_mean is None else self.carried_mean[prompts]
         factor = cholesky(covariance, lower=True, check_finite=False, overwrite_a=True)
-        self.weights = cho_solve((factor, True), logits - self.prior_mean, check_finite=False)
+        self.weights = cho_solve((factor, True), logits - prior, check_finite=False)
         self.observed, self.observed_logits = prompts, logits
+        if self.carried_mean is not None:  # the posterior mean of every prompt becomes the next fit's prior
+            self.carried_mean += self._posterior_shift(np.arange(self.carried_mean.size))
+            self.carried_mean[prompts] = logits
         return self
 
     def predict(self, prompts) -> np.ndarray:
         """Predicted success rates of dataset prompts `prompts`: an observed prompt's is its observation (through
-        the logit and back), any other's the posterior mean's sigmoid (the prior's, sigmoid(-1), before any fit)."""
+        the logit and back), any other's the posterior mean's sigmoid (the prior's, sigmoid(-1), before any fit).
+        With carry_mean, the carried posterior mean's sigmoid, at an observation of an earlier fit too."""
         prompts = self._checked_prompts(prompts, "prompts")
+        if self.carried_mean is not None:
+            return 1.0 / (1.0 + np.exp(-self.carried_mean[prompts]))
         means = np.full(prompts.size, self.prior_mean)
         if self.observed.size:
-            for first in range(0, prompts.size, self.block_rows):
-                rows = prompts[first:first + self.block_rows]
-                means[first:first + rows.size] += self.kernel(rows, self.observed) @ self.weights
+            means += self._posterior_shift(prompts)
             position = {int(prompt): k for k, prompt in enumerate(self.observed)}
             seen = np.array([int(p) in position for p in prompts], dtype=bool)
             means[seen] = self.observed_logits[[position[int(p)] for p in prompts[seen]]]
         return 1.0 / (1.0 + np.exp(-means))
+
+    def _posterior_shift(self, rows: np.ndarray) -> np.ndarray:
+        """K(rows, observed) (K + jitter I)^-1 (g - prior): what the last fit adds to the prior mean of `rows`."""
+        shift = np.empty(rows.size)
+        for first in range(0, rows.size, self.block_rows):
+            block = rows[first:first + self.block_rows]
+            shift[first:first + block.size] = self.kernel(block, self.observed) @ self.weights
+        return shift
 
     def kernel(self, rows: np.ndarray, columns: np.ndarray) -> np.ndarray:
         """exp(-d^2 / (2 l^2)) between the embeddings of prompts `rows` and `columns`, computed block by block."""

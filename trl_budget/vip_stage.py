@@ -1,5 +1,8 @@
 """VIP's stage of the batch (`budget_allocator="vip"`): every batch prompt's success rate predicted by the Gaussian
-process (`success_prediction`) fitted to the tracker's rates of the prompts seen so far, unseen prompts included.
+process (`success_prediction`), unseen prompts included. What a fit sees (`vip_fit`): the tracker's rates of every
+prompt seen so far, each fit from the prior ("tracked"); or, as the release's trainer fits, the tracker's rates of
+the last batch's prompts only, each fit's posterior mean over the dataset carried as the next fit's prior
+("release"; the carried mean is kept with each checkpoint).
 
 The embeddings are made once per dataset, before the first batch: the policy's own (its last hidden layer,
 mean-pooled over each prompt's tokens, through `forward_passes.PolicyPasses`: dealt over the processes and gathered,
@@ -34,14 +37,15 @@ def first_batch_rates(args, allocator, prompts: int) -> np.ndarray:
     """The rates a first batch is allocated from: NaN (unseen), or under VIP every prompt at its prior's rate."""
     if not uses_vip(args, allocator):
         return np.full(prompts, np.nan)
-    return np.full(prompts, 1.0 / (1.0 + np.exp(-float(args.vip_prior_mean))))
+    return np.full(prompts, 1.0 / (1.0 + np.exp(-args.predictor_options()["prior_mean"])))
 
 
 class VIPStage:
     """The predictor of a run: its embeddings by prompt key, its options, the last batch's predictions.
 
     Args:
-        predictor_options: `SuccessRatePredictor`'s length_scale, prior_mean and max_observed.
+        predictor_options: `SuccessRatePredictor`'s length_scale, prior_mean, max_observed and carry_mean (True: the
+            release's fit, on the last batch with the posterior mean carried).
         source: "policy", or the path of a `.npy` file with a row per training dataset row.
     """
 
@@ -51,6 +55,7 @@ class VIPStage:
         self.embeddings: np.ndarray | None = None  # a row per key
         self.last_visit: np.ndarray | None = None  # per key, the batch of its latest rollouts (-1: none yet)
         self.batches = 0  # batches whose visits are recorded
+        self.carried_mean: np.ndarray | None = None  # release fit: the posterior mean per key (None: the prior)
 
     @classmethod
     def for_run(cls, args) -> "VIPStage":
@@ -81,17 +86,24 @@ class VIPStage:
 
     def predicted_rates(self, batch_keys: list[str], tracker) -> np.ndarray:
         """Each batch prompt's success rate: the Gaussian process fitted to the tracked rates of every seen prompt
-        (the most recently visited `max_observed`), predicting the batch."""
+        (the most recently visited `max_observed`), or under the release's fit to those of the last batch's prompts
+        from the carried mean, predicting the batch."""
         row_of = {key: row for row, key in enumerate(self.keys)}
         missing = [key for key in batch_keys if key not in row_of]
         if missing:
             raise ValueError(f"prompt {missing[0]!r} of the batch is not in the training dataset VIP embedded: VIP "
                              "predicts the training prompts' rates from their embeddings.")
         tracked = tracker.pass_rates(self.keys)
-        seen = np.flatnonzero(~np.isnan(tracked))
+        fitted = ~np.isnan(tracked)
         predictor = SuccessRatePredictor(self.embeddings, **self.predictor_options)
+        if predictor.carried_mean is not None:
+            fitted &= self.last_visit == self.batches - 1  # the last batch's prompts (none before the first batch)
+            if self.carried_mean is not None:
+                predictor.start_from(self.carried_mean)
+        seen = np.flatnonzero(fitted)
         if seen.size:
             predictor.fit(seen, tracked[seen], last_seen=self.last_visit[seen])
+        self.carried_mean = predictor.carried_mean
         batch_rows = np.array([row_of[key] for key in batch_keys], dtype=np.int64)
         return predictor.predict(batch_rows)
 
@@ -104,17 +116,20 @@ class VIPStage:
     # ---------------------------------------------------------------------------------------- checkpoints
 
     def save_files(self, checkpoint: str) -> None:
-        """The embeddings and their keys, written atomically into the checkpoint folder."""
+        """The embeddings and their keys, each prompt's last visit and, under the release's fit, the carried mean,
+        written atomically into the checkpoint folder."""
         if self.embeddings is None:
             return
         path = os.path.join(checkpoint, VIP_EMBEDDINGS_NAME)
         temporary = f"{path}.tmp-{os.getpid()}.npz"
+        carried = {} if self.carried_mean is None else {"carried_mean": self.carried_mean}
         np.savez(temporary, keys=np.asarray(self.keys, dtype=str), embeddings=self.embeddings,
-                 last_visit=self.last_visit, batches=np.int64(self.batches))
+                 last_visit=self.last_visit, batches=np.int64(self.batches), **carried)
         os.replace(temporary, path)
 
     def load_files(self, checkpoint: str) -> bool:
-        """The checkpoint's embeddings, if it has them (False: they are made again before the next batch)."""
+        """The checkpoint's embeddings, if it has them (False: they are made again before the next batch). A
+        checkpoint without a carried mean (a run of the tracked fit) starts the release's fit from the prior."""
         path = os.path.join(checkpoint, VIP_EMBEDDINGS_NAME)
         if not os.path.exists(path):
             return False
@@ -122,12 +137,15 @@ class VIPStage:
             with np.load(path, allow_pickle=False) as saved:
                 keys, embeddings = [str(key) for key in saved["keys"]], np.asarray(saved["embeddings"], np.float64)
                 last_visit, batches = np.asarray(saved["last_visit"], np.int64), int(saved["batches"])
+                carried = np.asarray(saved["carried_mean"], np.float64) if "carried_mean" in saved.files else None
         except (OSError, ValueError, KeyError) as error:
             raise ValueError(f"{path} cannot be read ({type(error).__name__}: {error}). Resume from an earlier "
                              "checkpoint, or delete the file: the embeddings are then made again from the resumed "
                              "policy.") from error
-        if embeddings.ndim != 2 or not embeddings.shape[0] == last_visit.size == len(keys):
+        if embeddings.ndim != 2 or not embeddings.shape[0] == last_visit.size == len(keys) or not (
+                carried is None or carried.shape == last_visit.shape):
             raise ValueError(f"{path} holds {embeddings.shape[0]} embeddings for {len(keys)} prompts. Resume from an "
                              "earlier checkpoint, or delete the file.")
         self.keys, self.embeddings, self.last_visit, self.batches = keys, embeddings, last_visit, batches
+        self.carried_mean = carried
         return True

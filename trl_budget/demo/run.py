@@ -232,11 +232,13 @@ class _Recorder(TrainerCallback):
 
 def run_rl(model_path: Path, allocator: str, seed: int, settings: RLSettings, output_dir: Path,
            show_progress: bool = True, label: str | None = None, prompt_priors: dict[str, float] | None = None,
-           task: Task = ARITHMETIC, **config_overrides) -> dict:
+           task: Task = ARITHMETIC, observers: tuple = (), **config_overrides) -> dict:
     """Train the warm-started model with `allocator` on `task` and return its curves, under `label` (default: the
     allocator).
 
-    `config_overrides` are further `BudgetGRPOConfig` settings (e.g. `knapsack_fallback=False`). `uniform` without
+    `observers` are further callbacks, each told the trainer (its `trainer` attribute) before training, as the
+    recorder is: e.g. a benchmark's record of every batch. `config_overrides` are further `BudgetGRPOConfig`
+    settings (e.g. `knapsack_fallback=False`). `uniform` without
     an `advantage_baseline` is GRPO's group baseline, as every study's uniform arm ran it (the trainer's default
     baseline under `uniform` is the history baseline). Every training row
     has its `level`; with `prompt_priors` (prompt -> pass rate) also a `prior` column.
@@ -279,13 +281,14 @@ def run_rl(model_path: Path, allocator: str, seed: int, settings: RLSettings, ou
         train_dataset=Dataset.from_list([
             {"prompt": p["prompt"], "answer": p["answer"], "level": p["level"],
              **({} if prompt_priors is None else {"prior": prompt_priors.get(p["prompt"])})} for p in train]),
-        processing_class=tokenizer, callbacks=[recorder],
+        processing_class=tokenizer, callbacks=[recorder, *observers],
     )
     trainer.remove_callback(PrinterCallback)
     trainer.remove_callback(ProgressCallback)
     if show_progress:
         trainer.add_callback(_ProgressBarOnly())
-    recorder.trainer = trainer
+    for observer in (recorder, *observers):
+        observer.trainer = trainer
     start = time.perf_counter()
     trainer.train()
     logs = [entry for entry in trainer.state.log_history if "budget/effective_ratio" in entry]

@@ -8,6 +8,9 @@ import os
 from .common import name_the_field
 
 EMBEDDING_SOURCES = ("policy",)  # or the path of a .npy file with a row per training dataset row
+# What a fit sees -> its prior mean when vip_prior_mean is None: the release's GPR class default (-1), or the value
+# its trainer passes along with reuse_mean=True (-5).
+FIT_PRIOR_MEANS = {"tracked": -1.0, "release": -5.0}
 
 
 class VIPSettings:
@@ -18,6 +21,10 @@ class VIPSettings:
         one shot from its predictions, so the stages that allocate from other rates are refused with it."""
         if self.budget_allocator != "vip":
             return
+        if self.vip_fit not in FIT_PRIOR_MEANS:
+            raise ValueError(f"vip_fit must be 'tracked' (each fit on every tracked rate, from the prior) or 'release' "
+                             f"(the last batch's rates, the posterior mean carried as the next prior), got "
+                             f"{self.vip_fit!r}.")
         self.predictor_options()  # refuses a bad length scale, prior mean or bound, by its field
         source = self.vip_embeddings
         if not (isinstance(source, str) and (source in EMBEDDING_SOURCES or source.endswith(".npy"))):
@@ -34,13 +41,15 @@ class VIPSettings:
                              "budget_allocator='vip'. Remove prompt_sampling, or choose another allocator.")
 
     def predictor_options(self) -> dict:
-        """`SuccessRatePredictor`'s options from the `vip_*` fields, checked by building one on a single prompt."""
+        """`SuccessRatePredictor`'s options from the `vip_*` fields (the prior mean `vip_fit`'s where
+        `vip_prior_mean` is None), checked by building one on a single prompt."""
         import numpy as np
 
         from ..success_prediction import SuccessRatePredictor
 
-        options = {"length_scale": self.vip_length_scale, "prior_mean": self.vip_prior_mean,
-                   "max_observed": self.vip_max_observed}
+        prior_mean = FIT_PRIOR_MEANS.get(self.vip_fit) if self.vip_prior_mean is None else self.vip_prior_mean
+        options = {"length_scale": self.vip_length_scale, "prior_mean": prior_mean,
+                   "max_observed": self.vip_max_observed, "carry_mean": self.vip_fit == "release"}
         try:
             SuccessRatePredictor(np.zeros((1, 1)), **options)
         except ValueError as error:
