@@ -2,7 +2,7 @@
 
     multiprocess_run.py OUTPUT_DIR ALLOCATOR          # a normal run
     multiprocess_run.py OUTPUT_DIR knapsack-probe     # with a probe stage of 2 rollouts per prompt
-    multiprocess_run.py OUTPUT_DIR uniform-rounds     # rounds until mixed: 2 rollouts a round (also knapsack-, coba-)
+    multiprocess_run.py OUTPUT_DIR uniform-rounds     # rounds until mixed: 2 rollouts a round (also knapsack-, coba-, vip-)
     multiprocess_run.py OUTPUT_DIR reinforce_ada      # Reinforce-Ada: 4 rollouts a round, 3 rounds, K = 4 trained, a
                                                       # parity and a 0.5-weighted format reward
     multiprocess_run.py OUTPUT_DIR knapsack-tools     # tool calling, with the model at $TOOL_MODEL (tool_task.py)

@@ -76,3 +76,26 @@ def test_the_rest_waits_for_every_prompt():
     ahead.first_round()
     with pytest.raises(RuntimeError, match="every prompt has stopped or waits"):
         ahead.rest()
+
+
+def vip_rounds_until_mixed():
+    """Rounds until mixed (2 first, 2 a round, at most 32) whose budget left VIP's objective splits."""
+    from trl_budget.allocators.vip import VIPAllocator
+    from trl_budget.round_rules import UntilMixed
+
+    allocator = VIPAllocator(2, 32, rule="grpo")
+    return UntilMixed(2, 2, 32, per_prompt_rounds.BUDGET, 1, None, lambda wins, trials: wins / np.maximum(trials, 1),
+                      lambda rates, counts, spare: allocator.top_up(rates, counts, spare))
+
+
+def test_vips_rounds_until_mixed_decide_prompt_by_prompt_what_the_synchronous_rule_decides():
+    rng, spread_by_value = np.random.default_rng(0), False
+    for entry in per_prompt_rounds.batches(2):
+        synchronous, shared = per_prompt_rounds.schedule(vip_rounds_until_mixed(), entry["outcomes"])
+        assert sum(map(sum, synchronous)) == per_prompt_rounds.BUDGET and shared is not None
+        for _ in range(3):  # each prompt's rounds finishing in a drawn order
+            assert per_prompt_rounds.per_prompt_schedule(vip_rounds_until_mixed(), entry["outcomes"], rng)[0] == \
+                synchronous
+        top_up = np.array(synchronous[-1])  # the shared top-up: VIP's objective, not an even spread
+        spread_by_value |= top_up.max() - top_up.min() > 1
+    assert spread_by_value

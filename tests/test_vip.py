@@ -1,6 +1,7 @@
 """VIP's allocation (trl_budget.allocators.vip) against the 140 recorded cases of its release's `allocate_rollout`, the
-exact solver against SLSQP, and the allocator's refusals."""
+exact solver against SLSQP, its top-up after rounds until mixed against brute force, and the allocator's refusals."""
 
+import itertools
 import json
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import pytest
 from trl_budget.allocators.vip import (
     VarianceObjective,
     VIPAllocator,
+    falls_from_counts,
     groups_of_four,
     round_as_released,
     round_by_gains,
@@ -137,6 +139,35 @@ def test_groups_of_four_are_seeded_and_the_same_on_every_call():
     assert any(not np.array_equal(first, other) for other in others)
 
 
+@pytest.mark.parametrize("rule, fewest", [("rloo", 1), ("grpo", 3)])
+def test_the_top_up_reaches_the_objectives_integer_optimum_where_it_is_convex(rule, fewest):
+    # From `fewest` rollouts on every term is convex (rloo's pole at 1 included): the greedy is exact.
+    allocator, rng = VIPAllocator(2, 7, rule=rule), np.random.default_rng(0)
+    for _ in range(30):
+        rates, counts = rng.uniform(0.01, 0.99, 4), rng.integers(fewest, 6, 4)
+        spare = int(rng.integers(1, 9))
+        result = allocator.top_up(rates, counts, spare)
+        assert result.sum() == counts.sum() + spare and (result >= counts).all() and result.max() <= 7
+        objective = VarianceObjective(rates, rule)
+        with np.errstate(divide="ignore"):
+            best = min(objective.value(counts + np.array(extra, dtype=float))
+                       for extra in itertools.product(range(7), repeat=4)
+                       if sum(extra) == spare and (counts + np.array(extra)).max() <= 7)
+            assert objective.value(result.astype(float)) <= best + 1e-12
+
+
+def test_the_top_ups_gains_fall_with_the_count_even_where_the_objective_is_not_convex():
+    # grpo's surrogate grows from 1 to 2 rollouts: its first steps are valued at their best average fall
+    rates, counts = np.random.default_rng(1).uniform(0.01, 0.99, 20), np.tile([1, 2, 3, 5], 5)
+    for rule in ("grpo", "rloo"):
+        gains = falls_from_counts(VarianceObjective(rates, rule), counts, 8)
+        for row, count in zip(gains, counts):
+            assert np.isneginf(row[:count]).all() and np.isfinite(row[count:]).all()
+            assert (np.diff(row[count:]) <= 0).all()
+    # rloo's pole: a prompt at 1 rollout gets its second before any other prompt gets one
+    assert VIPAllocator(1, 8, rule="rloo").top_up([0.5, 0.5, 0.01], [4, 4, 1], 1).tolist() == [4, 4, 2]
+
+
 @pytest.mark.parametrize("make, message", [
     (lambda: VIPAllocator(rule="ppo"), "rule must be one of rloo, grpo"),
     (lambda: VIPAllocator(solver="newton"), "solver must be one of slsqp, exact"),
@@ -148,6 +179,8 @@ def test_groups_of_four_are_seeded_and_the_same_on_every_call():
     (lambda: VIPAllocator().allocate([0.2, 1.5], 16), "must lie in \\[0, 1\\]"),
     (lambda: VIPAllocator().allocate(np.full(5, 0.5), 10), "must be a multiple of 4"),
     (lambda: VIPAllocator(2, 32, rule="grpo", solver="exact"), "needs min_generations above 3"),
+    (lambda: VIPAllocator().top_up([0.2, np.nan], [4, 4], 2), "NaN at prompt 1"),
+    (lambda: VIPAllocator().top_up([0.2, 0.5], [0, 4], 2), "top_up takes a count of 1 to max_generations=32"),
 ])
 def test_bad_input_is_refused_with_the_setting_and_the_fix(make, message):
     with pytest.raises(ValueError, match=message):

@@ -1,5 +1,6 @@
 """VIP in the trainer (`budget_allocator="vip"`): predictions of every batch prompt, unseen ones included, are what
-the allocator and the logs read; the embeddings are made once and resumed with the checkpoint; counts of 0; refusals."""
+the allocator and the logs read; the embeddings are made once and resumed with the checkpoint; counts of 0; rounds
+until mixed, whose budget left VIP's objective splits; refusals."""
 
 import logging
 
@@ -7,9 +8,16 @@ import numpy as np
 import pytest
 import torch
 from helpers import config_kwargs, make_dataset, make_trainer
+from test_probe import RowRecorder, assert_advantages_over_whole_groups
 from test_success_prediction import dense_carried_means, dense_prediction
 
 from trl_budget import BudgetGRPOConfig, BudgetGRPOTrainer
+from trl_budget.allocators.solver import spread_evenly
+from trl_budget.allocators.vip import VIPAllocator
+from trl_budget.probe import fresh_pass_rates
+from trl_budget.round_rules import UntilMixed
+from trl_budget.rounds import GeneratedRounds
+from trl_budget.vip_stage import rates_with_rollouts
 
 VIP = dict(budget_allocator="vip", budget_max_generations=None)
 
@@ -61,9 +69,10 @@ def test_a_vip_run_allocates_from_predictions_of_seen_and_unseen_prompts(tmp_pat
     assert trainer.histogram[:6] == [plan.pass_rates.tolist() for plan in trainer.plans]  # the predictions
 
 
-def test_a_vip_run_resumes_exactly(tmp_path, tokenizer):
+@pytest.mark.parametrize("rounds", [{}, {"rounds_generations": 2}], ids=["one-shot", "rounds-until-mixed"])
+def test_a_vip_run_resumes_exactly(tmp_path, tokenizer, rounds):
     options = dict(dataset=make_dataset(12), save_strategy="steps", save_steps=2, lr_scheduler_type="constant",
-                   learning_rate=1e-2, trainer_class=PredictionRecorder, **VIP)
+                   learning_rate=1e-2, trainer_class=PredictionRecorder, **VIP, **rounds)
     full = make_trainer(tmp_path / "full", tokenizer, max_steps=4, **options)
     full.train()
     make_trainer(tmp_path / "part", tokenizer, max_steps=2, **options).train()
@@ -75,6 +84,8 @@ def test_a_vip_run_resumes_exactly(tmp_path, tokenizer):
     for mine, theirs in zip(resumed.plans, full.plans[2:]):
         assert mine.keys == theirs.keys and np.array_equal(mine.pass_rates, theirs.pass_rates)
         assert np.array_equal(mine.counts, theirs.counts)
+        assert [counts.tolist() for counts in mine.round_counts] == [counts.tolist() for counts in theirs.round_counts]
+    assert any(len(plan.round_counts) > 1 for plan in full.plans) == bool(rounds)
     assert resumed.tracker.state_dict() == full.tracker.state_dict()
     for (name, mine), theirs in zip(resumed.model.named_parameters(), full.model.parameters()):
         assert torch.equal(mine, theirs), name
@@ -130,6 +141,63 @@ def test_a_count_of_zero_leaves_its_prompt_out_of_the_batch(tmp_path, tokenizer)
     assert np.isnan(trainer.tracker.pass_rates([key for key in dropped if key not in visited])).all()
 
 
+class RoundsRecorder(PredictionRecorder):
+    """Also keeps, per batch, the tracker's evidence and VIP's predictions before it, and its generated rounds."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.batches = []
+
+    def _round_rule(self, prompts, keys, history_rates, budget, failure_rate):
+        self.batches.append({"evidence": self.tracker.evidence(keys), "predictions": history_rates})
+        return super()._round_rule(prompts, keys, history_rates, budget, failure_rate)
+
+    def _generate_rounds(self, rule, prompts):
+        rounds, trl_rows = super()._generate_rounds(rule, prompts)
+        self.batches[-1]["rounds"] = rounds
+        return rounds, trl_rows
+
+
+def replayed_rule(batch: dict, budget: int, rule: str) -> UntilMixed:
+    """Rounds until mixed (2 first, then one round of 2 more for each prompt not mixed, at most 32 a prompt) rebuilt
+    outside the trainer: fresh rates from the evidence before the batch (probe_history_weight 0.5), predictions where
+    there is none, and the budget left split by VIP's top-up."""
+    def fresh(wins, trials):
+        return rates_with_rollouts(fresh_pass_rates(*batch["evidence"], wins, trials, 0.5), batch["predictions"])
+
+    allocator = VIPAllocator(2, 32, rule=rule)
+    return UntilMixed(2, 2, 32, budget, 1, 2, fresh, lambda rates, counts, spare: allocator.top_up(rates, counts, spare))
+
+
+def test_vip_in_rounds_until_mixed_splits_the_budget_left_by_its_objective_from_fresh_rates(tmp_path, tokenizer,
+                                                                                            caplog):
+    trainer = make_trainer(tmp_path, tokenizer, max_steps=4, dataset=make_dataset(8), per_device_train_batch_size=32,
+                           rounds_generations=2, rounds_max=2, trainer_class=RoundsRecorder, **VIP)
+    recorder = RowRecorder(trainer)
+    with caplog.at_level(logging.WARNING, logger="trl_budget.trainer"):
+        trainer.train()
+    assert "VIP's grpo objective) over the budget the rounds leave" in caplog.text
+    assert "left out of the batch" not in caplog.text  # nothing is dropped under rounds
+    by_value = 0
+    for batch, plan in zip(trainer.batches, trainer.plans):
+        rule, evidence = replayed_rule(batch, 32, "grpo"), GeneratedRounds(8, 1, 0)
+        for generated in batch["rounds"].rounds:  # every round the rule's, the top-up VIP's
+            assert rule.next_round(evidence).tolist() == generated.counts.tolist()
+            evidence.add_evidence(generated.counts, generated.outcomes)
+            if rule._topped_up:
+                before = evidence.counts - generated.counts
+                even = spread_evenly(32, before, np.full(8, 32))
+                by_value += not np.array_equal(evidence.counts, even)
+        assert rule.next_round(evidence) is None and plan.round_counts[0].tolist() == [2] * 8
+        np.testing.assert_array_equal(plan.pass_rates, rule.pass_rates)  # what the top-up read, logged
+        assert plan.counts.sum() == plan.rewards.size == 32
+    assert by_value > 0  # some top-up was VIP's, not an even spread
+    assert_advantages_over_whole_groups(trainer, recorder)
+    logged = [entry for entry in trainer.state.log_history if "budget/rounds" in entry]
+    assert len(logged) == 4 and all("budget/active_after_round_1" in entry for entry in logged)
+    assert trainer.histogram[:4] == [plan.pass_rates.tolist() for plan in trainer.plans]
+
+
 def test_embeddings_from_a_file_are_read_by_dataset_row(tmp_path, tokenizer):
     rows = np.random.default_rng(0).normal(size=(6, 5))
     np.save(tmp_path / "embeddings.npy", rows)
@@ -140,8 +208,14 @@ def test_embeddings_from_a_file_are_read_by_dataset_row(tmp_path, tokenizer):
 
 @pytest.mark.parametrize("overrides, message", [
     ({"vip_rule": "rloo"}, "^vip_rule='rloo' is read only by budget_allocator='vip'"),
-    ({**VIP, "probe_generations": 2}, "^probe_generations=2 is never read under budget_allocator='vip'"),
-    ({**VIP, "pass_rate_prior_column": "p"}, "^pass_rate_prior_column='p' is never read under budget_allocator='vip'"),
+    ({**VIP, "probe_generations": 2}, "^probe_generations=2 is never read under budget_allocator='vip' in one shot.* "
+                                      "Remove it, or set rounds_generations for rounds until mixed"),
+    ({**VIP, "budget_token_cap": 1.0}, "^budget_token_cap=1.0 is never read under budget_allocator='vip'.* or choose "
+                                       "'knapsack' or 'coba' for it"),
+    ({**VIP, "rounds_generations": 2, "pass_rate_prior_column": "p"},
+     "^pass_rate_prior_column='p' is never read under budget_allocator='vip' with rounds until mixed"),
+    ({**VIP, "rounds_max": 2}, "^rounds_max=2 is never read under budget_allocator='vip' in one shot.* turn rounds "
+                               "until mixed on with rounds_generations"),
     ({**VIP, "dynamic_sampling": True}, "^dynamic_sampling=True .* runs with budget_allocator='uniform' only"),
     ({**VIP, "prompt_sampling": "value"}, "^prompt_sampling='value' chooses"),
     ({**VIP, "vip_length_scale": 0}, "^vip_length_scale must be a finite number above 0"),

@@ -218,12 +218,15 @@ def test_server_mode_probe_sends_two_requests_and_merges_both_stages(tmp_path, c
         assert output["completion_ids"].shape[0] == 8  # both stages' rows reach the loss
 
 
+@pytest.mark.parametrize("allocator", ["knapsack", "vip"])
 def test_server_mode_rounds_send_one_request_a_round_and_credit_every_row(tmp_path, copy_model, vllm_server,
-                                                                           cpu_weight_sync, requests_sent):
+                                                                           cpu_weight_sync, requests_sent, allocator):
+    # under VIP the policy's embeddings are made first, and its objective splits the budget the rounds leave
     rows = Rows()
     trainer = server_trainer(tmp_path, copy_model, vllm_server, rows, prompts=4, max_steps=4,
-                             per_device_train_batch_size=16, rounds_generations=2)
+                             per_device_train_batch_size=16, rounds_generations=2, budget_allocator=allocator)
     trainer.train()
+    assert (trainer.vip is not None) == (allocator == "vip")
     plans = PlanRecorder.plans
     assert len(plans) == 4 and any(len(plan.round_counts) > 1 for plan, _ in plans)  # some batches took rounds
     assert requests_sent == [(rows_of_round, 1) for plan, _ in plans for rows_of_round in plan.round_rows]
@@ -367,6 +370,23 @@ def test_colocate_mode_spo_draws_one_rollout_of_each_prompt_and_keeps_its_respon
     assert not report["kept_strays"]  # each kept response is one the engine wrote for its prompt, whole
     assert len(report["drift_logged"]) == 3 and any(drift > 0 for drift in report["drift_logged"])
     assert report["weight_syncs"] >= 1
+
+
+def test_colocate_mode_vip_rounds_until_mixed_prompt_by_prompt_give_each_prompt_its_own_completions(tmp_path,
+                                                                                                     copy_model):
+    script = Path(__file__).parent / "vllm_engine" / "engine_run.py"
+    result = subprocess.run([sys.executable, str(script), str(copy_model), str(tmp_path), "vip-per-prompt"],
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["steps"] == report["batches"] == 3 and report["embeddings"][0] == 10
+    for rounds, counts, scored in zip(report["rounds"], report["counts"], report["scored_counts"]):
+        # 2 of every prompt first; each prompt scored exactly the rollouts the plan credits to it, 40 in all
+        assert rounds[0] == [2] * 10 and scored == counts == np.sum(rounds, axis=0).tolist() and sum(counts) == 40
+    # the first round, and the second where a prompt was not yet mixed, went prompt by prompt, logged as such
+    assert all(ahead >= 1 for ahead in report["rounds_ahead"]) and any(ahead == 2 for ahead in report["rounds_ahead"])
+    assert report["logged_prompt_by_prompt"] == [float(ahead) for ahead in report["rounds_ahead"]]
+    assert not report["strays"] and not report["misplaced"] and report["weight_syncs"] >= 1
 
 
 def run_rounds_prompt_by_prompt(tmp_path, copy_model, processes: int, server: dict | None = None) -> list[dict]:

@@ -24,7 +24,8 @@ STAGES = {  # the setting that turns a stage off -> what the stage changes
 
 
 def vip_clause(args, allocator) -> str:
-    """What VIP adds to the allocation's change: where its rates come from, and the prompts it drops."""
+    """What VIP adds to the allocation's change: where its rates come from, and the prompts it drops (in one shot) or
+    what it splits (under rounds until mixed)."""
     from .vip_stage import uses_vip
 
     if not uses_vip(args, allocator):
@@ -33,10 +34,14 @@ def vip_clause(args, allocator) -> str:
               else args.vip_embeddings)
     fitted = ("the last batch's rates, each fit's posterior mean carried as the next one's prior (the release's "
               "fit)" if args.vip_fit == "release" else "every tracked rate")
-    return (f", minimising the gradient's variance (VIP's {allocator.rule} objective, solver {allocator.solver!r}) "
-            f"from success rates a Gaussian process fitted to {fitted} predicts for every prompt, unseen ones "
-            f"included, over embeddings of {source}; a prompt whose count rounds below 4 gets none and is left out "
-            "of the batch")
+    objective = f"minimising the gradient's variance (VIP's {allocator.rule} objective"
+    if args.rounds_generations:  # every prompt has its first round: nothing is dropped, no solve is needed
+        return (f", {objective}) over the budget the rounds leave, from rates that include the batch's rollouts "
+                f"(where a prompt has no scored rollout, the rate a Gaussian process fitted to {fitted} predicts from "
+                f"embeddings of {source})")
+    return (f", {objective}, solver {allocator.solver!r}) from success rates a Gaussian process fitted to {fitted} "
+            f"predicts for every prompt, unseen ones included, over embeddings of {source}; a prompt whose count "
+            "rounds below 4 gets none and is left out of the batch")
 
 
 def num_generations_given(args) -> int:

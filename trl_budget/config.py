@@ -186,7 +186,7 @@ class BudgetGRPOConfig(GRPOConfig, AllocationSettings, TrackerSettings, BatchSet
             Generate each batch in rounds: a first round of every prompt, then rounds of this many more rollouts for
             each prompt whose rollouts so far are all successes or all failures, until every prompt is mixed or has
             `budget_max_generations`, or the rounds run out; the allocator then spreads the budget left by its value (uniform:
-            evenly), from pass rates that include the batch's rollouts. Every rollout is trained. 0: no rounds.
+            evenly; VIP: by its objective), from pass rates that include the batch's rollouts. Every rollout is trained. 0: no rounds.
         rounds_first_generations (`int` or `None`, *optional*, defaults to `None`):
             Rollouts of every prompt in the first round, between `budget_min_generations` and `num_generations`.
             `None`: `budget_min_generations`.

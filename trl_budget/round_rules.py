@@ -133,7 +133,7 @@ class UntilMixed:
 
 def top_up(allocator, pass_rates: np.ndarray, counts: np.ndarray, spare: int, failure_rate, most: int) -> np.ndarray:
     """`counts` plus `spare` rollouts, spread by the allocator's value: its own `top_up` where it has one (knapsack,
-    coba); otherwise evenly (uniform, and allocators that define no top-up), up to `most` per prompt."""
+    coba, VIP's objective); otherwise evenly (uniform, and allocators that define no top-up), up to `most` per prompt."""
     own = getattr(allocator, "top_up", None)
     if callable(own):
         return np.asarray(own(pass_rates, counts, spare, failure_rate), dtype=np.int64)

@@ -50,7 +50,7 @@ from .setup_checks import (check_before_building, check_prompt_id_column, check_
                            refuse_images_in_rounds, refuse_images_under_kl_adaptive_rho)
 from .spo_stage import SPO_STATE_NAME, SPOStage
 from .tracker import CapabilityTracker
-from .vip_stage import VIP_EMBEDDINGS_NAME, VIPStage, uses_vip
+from .vip_stage import VIP_EMBEDDINGS_NAME, VIPStage, rates_with_rollouts, uses_vip
 
 logger = logging.get_logger(__name__)
 
@@ -270,20 +270,23 @@ class BudgetGRPOTrainer(GRPOTrainer):
                                              self.rewards.weighted)
 
         def fresh_rates(wins, trials):
-            return fresh_pass_rates(*self.tracker.evidence(keys), wins, trials, args.probe_history_weight,
-                                    args.probe_prior_strength)
+            rates = fresh_pass_rates(*self.tracker.evidence(keys), wins, trials, args.probe_history_weight,
+                                     args.probe_prior_strength)
+            # under VIP, `history_rates` are its predictions, for the prompts without a scored rollout
+            return rates if self.vip is None else rates_with_rollouts(rates, history_rates)
 
         if hasattr(self.allocator, "round_rule"):  # a rule of rounds chosen as an allocator: Reinforce-Ada
             return self.allocator.round_rule(self.accelerator.num_processes)
         if args.rounds_generations:
-            fewest, most = args.generation_bounds()
+            most = args.generation_bounds()[1]
 
             def top_up_by_value(pass_rates, counts, spare):
                 return self._on_main_process(
                     "Rollout allocation",
                     lambda: top_up(self.allocator, pass_rates, counts, spare, failure_rate, most))
 
-            first = args.rounds_first_generations or fewest
+            # budget_min_generations, not the plan's fewest: VIP's is 0, which only its rounding gives
+            first = args.rounds_first_generations or args.budget_min_generations
             return UntilMixed(first, args.rounds_generations, most, budget,
                               self.accelerator.num_processes, args.rounds_max, fresh_rates, top_up_by_value)
         if args.probe_generations:

@@ -21,7 +21,7 @@ from .dynamic_sampling import training_rows
 from .prompts import keys_of
 from .success_prediction import SuccessRatePredictor
 
-__all__ = ["VIPStage", "VIP_EMBEDDINGS_NAME", "first_batch_rates", "uses_vip"]
+__all__ = ["VIPStage", "VIP_EMBEDDINGS_NAME", "first_batch_rates", "rates_with_rollouts", "uses_vip"]
 
 VIP_EMBEDDINGS_NAME = "budget_vip_embeddings.npz"
 
@@ -38,6 +38,20 @@ def first_batch_rates(args, allocator, prompts: int) -> np.ndarray:
     if not uses_vip(args, allocator):
         return np.full(prompts, np.nan)
     return np.full(prompts, 1.0 / (1.0 + np.exp(-args.predictor_options()["prior_mean"])))
+
+
+def rates_with_rollouts(fresh_rates: np.ndarray, predictions: np.ndarray) -> np.ndarray:
+    """The rates VIP's top-up reads after rounds until mixed: each prompt's fresh rate (its history and the batch's
+    rollouts, as every allocator's top-up reads them: `probe.fresh_pass_rates`), and its prediction from before the
+    batch where it has neither (every rollout unscored, no history).
+
+    Why not a refit of the predictor with the batch's outcomes: the Gaussian process's posterior mean at an observed
+    prompt is that prompt's own observation (`SuccessRatePredictor.predict`), and after the first round every prompt
+    of the batch has been observed. A refit would give each of them its observed rate and add its predictions only
+    where a prompt has no scored rollout, which is what this gives, without a second fit a batch; and the history is
+    weighed against the batch's rollouts as under the other allocators (probe_history_weight, probe_prior_strength).
+    """
+    return np.where(np.isnan(fresh_rates), predictions, fresh_rates)
 
 
 class VIPStage:

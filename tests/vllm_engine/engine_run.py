@@ -4,6 +4,7 @@
     engine_run.py MODEL_DIR OUTPUT_DIR spo                       # SPO as released (n = 1, its sampling), colocate
     engine_run.py MODEL_DIR OUTPUT_DIR per-prompt                # Reinforce-Ada's rounds prompt by prompt, colocate
     engine_run.py MODEL_DIR OUTPUT_DIR per-prompt HOST:PORT      # the same, sent to `trl vllm-serve` at HOST:PORT
+    engine_run.py MODEL_DIR OUTPUT_DIR vip-per-prompt            # VIP's rounds until mixed prompt by prompt, colocate
     accelerate launch --num_processes 2 engine_run.py MODEL_DIR OUTPUT_DIR per-prompt [HOST:PORT]
                                                                  # the same on 2 processes; writes report-RANK.json
 
@@ -113,12 +114,13 @@ class PerPromptRecorder(BudgetGRPOTrainer):
     """Each training batch's rounds, how many times TRL scored rows while generating it, and the trained rows whose
     completion is not their credited prompt's."""
 
-    batches, scorings, misplaced = [], [], []
+    batches, scorings, misplaced, plans = [], [], [], []
 
     def _generate_and_score_completions(self, inputs):
         output = super()._generate_and_score_completions(inputs)
         if self.model.training:  # Reinforce-Ada's trained rows: each process holds an equal contiguous share of them
             plan = self.last_rollout_plan
+            PerPromptRecorder.plans.append(plan)
             mine = plan.slot_order.reshape(self.accelerator.num_processes, -1)[self.accelerator.process_index]
             PerPromptRecorder.misplaced.extend(misplaced_rows(plan, output, self.processing_class, mine))
         return output
@@ -210,6 +212,43 @@ def main_per_prompt(model_dir: str, output_dir: str, server: str | None = None) 
         leave_without_teardown(trainer.accelerator)
 
 
+def main_vip_per_prompt(model_dir: str, output_dir: str) -> None:
+    """VIP under rounds until mixed, prompt by prompt, in colocate mode: all 10 copy prompts a batch, 4 rollouts each
+    on average (40), 2 in the first round; a prompt's second round (2 more while it is not mixed) is provably its own
+    (20 + 10 x 2 <= 40), so it goes to the engine as soon as the prompt's first round is scored; the budget left is
+    then split by VIP's objective over every prompt, in one request."""
+    vllm_generation.VLLMGeneration.sync_weights = reload_in_place
+    rewarded = []
+
+    def parity_reward(prompts, completions, answer, trainer_state, **kwargs):
+        rewarded.extend((trainer_state.global_step, prompt, completion) for prompt, completion in zip(prompts,
+                                                                                                        completions))
+        return [float(len(completion) % 2 == int(a) % 2) for completion, a in zip(completions, answer)]
+
+    args = colocate_config(output_dir, max_steps=3, per_device_train_batch_size=40, budget_allocator="vip",
+                           budget_max_generations=None, rounds_generations=2, rounds_prompt_by_prompt=True)
+    trainer = PerPromptRecorder(model=model_dir, reward_funcs=parity_reward, args=args, train_dataset=copy_dataset(),
+                                processing_class=None)
+    trainer.train()
+    batches = PerPromptRecorder.batches
+    scored = [Counter(prompt for step, prompt, _ in rewarded if step == index) for index in range(len(batches))]
+    report = {
+        "steps": trainer.state.global_step, "batches": len(batches),
+        "rounds": [[counts.tolist() for counts in rounds.counts_per_round()] for rounds in batches],
+        "rounds_ahead": [rounds.rounds_ahead for rounds in batches], "scorings": PerPromptRecorder.scorings,
+        "logged_prompt_by_prompt": [entry["budget/rounds_prompt_by_prompt"] for entry in trainer.state.log_history
+                                    if "budget/rounds_prompt_by_prompt" in entry],
+        # each prompt scored exactly its count of rollouts, in the order of the batch's prompts
+        "scored_counts": [[counts[row["prompt"]] for row in plan.prompts] for counts, plan in
+                          zip(scored, PerPromptRecorder.plans)],
+        "counts": [plan.counts.tolist() for plan in PerPromptRecorder.plans],
+        "strays": [(p, c) for _, p, c in rewarded if not belongs_to_its_prompt(p, c)][:10],
+        "misplaced": PerPromptRecorder.misplaced[:10], "weight_syncs": len(SYNCS),
+        "embeddings": list(trainer.vip.embeddings.shape),
+    }
+    Path(output_dir, "report.json").write_text(json.dumps(report))
+
+
 def main_spo(model_dir: str, output_dir: str) -> None:
     """SPO as released in colocate mode: 8 prompts a batch drawn by its weights from 10, one rollout each, KL-adaptive
     rho from forward passes over the engine's completions under the trained policy."""
@@ -262,6 +301,8 @@ def greedy_answers(trainer, prompts: list[str]) -> dict[str, list[list[int]]]:
 if __name__ == "__main__":
     if sys.argv[3:4] == ["per-prompt"]:
         main_per_prompt(*sys.argv[1:3], *sys.argv[4:5])
+    elif sys.argv[3:4] == ["vip-per-prompt"]:
+        main_vip_per_prompt(*sys.argv[1:3])
     elif sys.argv[3:4] == ["spo"]:
         main_spo(*sys.argv[1:3])
     else:

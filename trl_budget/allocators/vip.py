@@ -53,10 +53,16 @@ class VarianceObjective:
 
     def value(self, n: np.ndarray) -> float:
         """The objective, evaluated with the release's operations in its order (SLSQP's iterates depend on its bits)."""
+        return np.sum(self.terms(n))
+
+    def terms(self, n: np.ndarray) -> np.ndarray:
+        """Each prompt's term at `n`: a count per prompt, or a `(prompts, levels)` table of counts."""
         a, b = self.variance, self.price
+        if np.ndim(n) == 2:
+            a, b = a[:, None], b[:, None]
         if self.rule == "rloo":
-            return np.sum(a / (n - 1) + b * n)
-        return np.sum((a * (n - 1) / n**2) + b * n)
+            return a / (n - 1) + b * n
+        return (a * (n - 1) / n**2) + b * n
 
     def derivative(self, n: np.ndarray) -> np.ndarray:
         """d/dn of each prompt's term; increasing in n where the term is convex (n > 1 for rloo, n > 3 for grpo)."""
@@ -221,6 +227,25 @@ def _keep_at_least_four(counts: np.ndarray, upper: int, raise_largest) -> np.nda
     return counts
 
 
+def falls_from_counts(objective: VarianceObjective, counts: np.ndarray, upper: int) -> np.ndarray:
+    """`(prompts, upper)` gains for `take_largest_gains`: at level n (from `counts` to upper - 1) the fall of the
+    prompt's term from n to n + 1 rollouts, -inf elsewhere; over the first levels, where the term is not yet convex,
+    their best average fall (the convex minorant), so that every prompt's gains fall with n. A pole's infinite fall
+    (rloo at 1 rollout) becomes the largest float, so that it is taken first."""
+    levels = np.arange(upper + 1, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        terms = objective.terms(np.broadcast_to(levels, (counts.size, upper + 1)))
+        falls = terms[:, :-1] - terms[:, 1:]
+    ahead = levels[:-1] >= counts[:, None]  # the levels a top-up can add
+    falls = np.where(ahead, falls, 0.0)
+    taken = np.cumsum(falls, axis=1) / np.maximum(levels[:-1] + 1 - counts[:, None], 1)  # mean fall from the count
+    with np.errstate(invalid="ignore"):
+        best = np.argmax(np.where(ahead, taken, -np.inf), axis=1)  # the first segment of the convex minorant
+    first_segment = ahead & (levels[:-1] <= best[:, None])
+    falls = np.where(first_segment, taken[np.arange(counts.size), best][:, None], falls)
+    return np.where(ahead, np.minimum(falls, np.finfo(np.float64).max), -np.inf)
+
+
 def groups_of_four(prompts: int, budget: int, seed: int) -> np.ndarray:
     """The release's split when every rate is equal and the budget cannot give each prompt 4: `budget / 4` groups of
     4 rollouts, each to a prompt drawn with replacement. The release draws from numpy's global, unseeded generator;
@@ -286,6 +311,25 @@ class VIPAllocator(_BoundedAllocator):
         self.last_solve = {"solver": "slsqp", "real_counts": real_counts, "converged": bool(result.success),
                            "message": str(result.message), "iterations": int(result.nit)}
         return real_counts
+
+    def top_up(self, pass_rates, counts, spare: int, failure_rate: float | None = None) -> np.ndarray:
+        """`counts` plus `spare` more rollouts (at most `max_generations` a prompt) that lower the objective most, for
+        the budget left after rounds until mixed. The rounds' rollouts are every prompt's floor and are all trained,
+        so the rounding's rule of no count below 4 does not apply: nothing is taken away.
+
+        The objective is separable, so handing out rollouts by the largest fall of a prompt's term is exact where
+        each term is convex from the prompt's count on (rloo from 1 rollout, whose pole at 1 makes a second rollout
+        come first; grpo from 3). Below that (grpo's surrogate grows from 1 to 2 rollouts) a prompt's first
+        rollouts are each valued at their best average fall (the term's convex minorant from its count), so that
+        the gains fall with the count as the exact greedy (`take_largest_gains`) requires."""
+        rates, _ = self._checked(pass_rates, self.min_generations * np.size(pass_rates), failure_rate)
+        counts = np.array(counts, dtype=np.int64)
+        if counts.shape != rates.shape or counts.min(initial=1) < 1 or counts.max(initial=0) > self.max_generations:
+            raise ValueError(f"top_up takes a count of 1 to max_generations={self.max_generations} for each of the "
+                             f"{rates.size} prompts (the rollouts so far), got {counts.tolist()}.")
+        spare = min(int(spare), int((self.max_generations - counts).sum()))
+        gains = falls_from_counts(VarianceObjective(rates, self.rule), counts, self.max_generations)
+        return take_largest_gains(gains, np.arange(rates.size), counts, spare)
 
     def __repr__(self) -> str:  # the options, not the latest solve
         return (f"VIPAllocator(min_generations={self.min_generations}, max_generations={self.max_generations}, "

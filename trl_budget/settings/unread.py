@@ -93,12 +93,7 @@ class UnreadSettings:
                  "probe_prior_strength", "rounds_prompt_by_prompt"),
                 ", or choose another allocator for it")
         if self.budget_allocator == "vip":
-            return ("under budget_allocator='vip': it allocates in one shot from its predictor's success rates (the "
-                    "tracker's last visits, unseen prompts predicted from their embeddings)"), dict.fromkeys(
-                ("probe_generations", "rounds_generations", "rounds_first_generations", "rounds_max",
-                 "budget_token_cap", "pass_rate_prior_column", "prompt_group_column", "pass_rate_prior_strength",
-                 "probe_history_weight", "probe_prior_strength", "rounds_prompt_by_prompt"),
-                ", or choose another allocator for it")
+            return self._vip_rule_and_unread_settings()
         if self.budget_allocator == "reinforce_ada":
             fix = ", or choose a one-shot allocator ('knapsack', 'coba' or 'uniform') for it"
             return ("under budget_allocator='reinforce_ada': it generates each batch in rounds of its own "
@@ -127,3 +122,24 @@ class UnreadSettings:
             unread["pass_rate_prior_strength"] = ", or name a prior with pass_rate_prior_column or prompt_group_column"
         stage = "with a probe stage" if self.probe_generations else "in one shot (no probe, no rounds)"
         return f"by budget_allocator={self.budget_allocator!r} {stage}", unread
+
+    def _vip_rule_and_unread_settings(self) -> tuple[str, dict[str, str]]:
+        """VIP's rule in words and the settings it never reads: a probe stage, a token cap and a prior (not built
+        with it), and without rounds until mixed the rounds' own settings."""
+        unread = {
+            "probe_generations": ", or set rounds_generations for rounds until mixed, whose top-up VIP splits from "
+                                 "rates that include the batch's rollouts (a probe stage is not built with VIP), or "
+                                 "choose another allocator for it",
+            "budget_token_cap": " (VIP's objective has no price per token), or choose 'knapsack' or 'coba' for it",
+        }
+        unread.update(dict.fromkeys(("pass_rate_prior_column", "prompt_group_column", "pass_rate_prior_strength"),
+                                    ": VIP predicts an unseen prompt's rate from its embedding (a prior's knowledge "
+                                    "can go into vip_embeddings), or choose 'knapsack' or 'coba' for it"))
+        if self.rounds_generations:
+            return ("under budget_allocator='vip' with rounds until mixed: every prompt's first round is the same, "
+                    "and VIP's objective splits the budget left from rates that include the batch's rollouts"), unread
+        unread.update(dict.fromkeys(("rounds_first_generations", "rounds_max", "probe_history_weight",
+                                     "probe_prior_strength"),
+                                    ", or turn rounds until mixed on with rounds_generations, which reads it"))
+        return ("under budget_allocator='vip' in one shot: it allocates from its predictor's success rates (the "
+                "tracker's last visits, unseen prompts predicted from their embeddings)"), unread
