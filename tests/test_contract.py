@@ -390,3 +390,23 @@ def test_a_grpo_config_subclass_stays_one_in_the_trainer(tmp_path, tokenizer):
     assert trainer.args.doubled == 6 and trainer.args.budget_allocator == "uniform"
     trainer.train()
     assert trainer.state.global_step == 1
+
+
+@pytest.mark.parametrize("history", [{"advantage_history_first_visit": "batch"},
+                                     {"advantage_history_includes_batch": False, "scale_rewards": "batch"},
+                                     {"advantage_history_window": 4.0}, {"advantage_baseline": "earlier_or_batch"}],
+                         ids=["first_visit", "earlier_visits", "window", "shorthand"])
+def test_the_announcements_fix_for_the_history_baseline_is_a_config_the_trainer_takes(tmp_path, history):
+    # Before: under advantage_history_first_visit='batch' (or a window, or earlier visits alone) the announcement said
+    # only "set advantage_baseline='group'", which the config refuses while a history setting stays.
+    from trl_budget.announcement import announcement
+
+    given = trl_user_kwargs(tmp_path, **{"advantage_baseline": "history", **history})
+    args = BudgetGRPOConfig(**given)
+    line = announcement(args, args.make_allocator(), args.resolved_advantage_baseline())
+    fixed = {**given, "advantage_baseline": "group"}
+    if line.endswith("and remove the settings only this rule reads."):
+        fixed = {name: value for name, value in fixed.items() if not name.startswith("advantage_history_")}
+    else:
+        assert line.endswith("set advantage_baseline='group'."), line
+    assert BudgetGRPOConfig(**fixed).resolved_advantage_baseline() == "group"

@@ -134,6 +134,17 @@ def history_in_words(args) -> str:
             f"visits, {visits} ({named}), {first_visit}")
 
 
+def history_settings_given(args) -> bool:
+    """Whether a setting only the history baseline reads was given (GRPO's group refuses it), beyond those a
+    shorthand baseline set for itself (which go with it)."""
+    from .settings.baselines import BASELINE_SHORTHANDS
+
+    own = BASELINE_SHORTHANDS.get(args.baseline_shorthand(), {})
+    return any(getattr(args, name) != args.__dataclass_fields__[name].default and name not in own
+               for name in ("advantage_history_window", "advantage_history_first_visit",
+                            "advantage_history_includes_batch"))
+
+
 def announcement(args, allocator, baseline: str) -> str:
     """The line that opens training: the rule in effect, what it changes against `GRPOTrainer` (or that it changes
     nothing), and the settings that train exactly as `GRPOTrainer`."""
@@ -141,6 +152,7 @@ def announcement(args, allocator, baseline: str) -> str:
     rule = rule_in_effect(args, allocator, baseline)
     if not changes:
         return f"{rule} This run trains exactly as GRPOTrainer with the same settings."
-    others = (", and remove the settings only this rule reads" if set(changes) - {"advantage_baseline='group'"} else "")
+    others = (", and remove the settings only this rule reads"
+              if set(changes) - {"advantage_baseline='group'"} or history_settings_given(args) else "")
     return (f"{rule} Against GRPOTrainer with the same settings it changes: {'; '.join(changes.values())}. To train "
             f"exactly as GRPOTrainer, set {', '.join(changes)}{others}.")
