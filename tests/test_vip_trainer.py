@@ -126,12 +126,14 @@ def test_the_release_fit_carries_its_mean_from_batch_to_batch_and_through_a_resu
     assert np.array_equal(resumed.vip.carried_mean, full.vip.carried_mean)
 
 
-def test_a_count_of_zero_leaves_its_prompt_out_of_the_batch(tmp_path, tokenizer):
+@pytest.mark.parametrize("chosen", [dict(budget_allocator="vip"),  # by name, or as an object beside another name
+                                    dict(budget_allocator="knapsack", allocator=VIPAllocator(1, 8, rule="grpo"))])
+def test_a_count_of_zero_leaves_its_prompt_out_of_the_batch(tmp_path, tokenizer, chosen):
     # Bounds 1 to 8, 2 rollouts a prompt on average: the release's rounding keeps no count below 4, so half the
     # prompts get none (the release drops them from the batch); they generate and train nothing.
     trainer = make_trainer(tmp_path, tokenizer, max_steps=3, num_generations=2, budget_min_generations=1,
                            budget_max_generations=8, dataset=make_dataset(12), trainer_class=PredictionRecorder,
-                           budget_allocator="vip")
+                           **chosen)
     trainer.train()
     for plan in trainer.plans:
         assert plan.counts.sum() == 8 and (plan.counts == 0).any() and set(plan.counts.tolist()) <= {0, 4, 8}

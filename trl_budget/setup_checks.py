@@ -44,7 +44,7 @@ def check_before_building(args: BudgetGRPOConfig, allocator, tracker, train_data
     checked_allocation(  # a broken allocator fails here, before any model is loaded
         allocator, first_batch_rates(args, allocator, args.prompts_per_generation_batch()), args.generation_batch_size,
         None,
-        args.generation_bounds(),
+        args.generation_bounds(allocator=allocator),
     )
     check_dataset_fills_a_generation_batch(train_dataset, prompts_per_batch, args)
     if args.budget_token_cap is not None:
