@@ -228,14 +228,36 @@ def test_embeddings_from_a_file_are_read_by_dataset_row(tmp_path, tokenizer):
     ({**VIP, "vip_embeddings": "missing.npy"}, "^vip_embeddings='missing.npy' is not a file"),
     ({**VIP, "vip_solver": "exact", "vip_rule": "grpo"}, "^budget_min_generations=2 is too low for the exact solver"),
     ({**VIP, "vip_solver": "newton"}, "^vip_solver must be one of slsqp, exact"),
+    ({**VIP, "budget_max_generations": 3, "num_generations": 2}, "^budget_max_generations=3 is below 4: .* Raise "
+                                                                 "budget_max_generations to 4 or more"),
+    ({**VIP, "num_generations": 3, "per_device_train_batch_size": 6}, "^num_generations=3 gives .* 2 prompts fewer "
+                                                                      "than 4 rollouts each, and its 6 rollouts"),
+    ({**VIP, "num_generations": 2, "per_device_train_batch_size": 6}, "^num_generations=2 .* Raise num_generations to "
+                                                                      "4 or more, or choose a generation batch size"),
+    ({**VIP, "num_generations": 5, "per_device_train_batch_size": 10, "budget_max_generations": 8},
+     "^the generation batch's 10 rollouts are 1 x budget_max_generations=8 plus 2"),
 ])
 def test_bad_vip_settings_are_refused_with_the_fix(tmp_path, overrides, message):
     with pytest.raises(ValueError, match=message):
         BudgetGRPOConfig(**config_kwargs(tmp_path, **overrides))
 
 
-def test_an_embeddings_file_of_another_dataset_is_refused_before_training(tmp_path, tokenizer):
-    np.save(tmp_path / "embeddings.npy", np.zeros((5, 3)))
-    trainer = make_trainer(tmp_path, tokenizer, max_steps=1, vip_embeddings=str(tmp_path / "embeddings.npy"), **VIP)
-    with pytest.raises(ValueError, match="needs a row per training dataset row \\(6\\)"):
-        trainer.train()
+@pytest.mark.parametrize("embeddings, message", [
+    (np.zeros((5, 3)), "holds an array of shape \\(5, 3\\); it needs a row per training dataset row \\(6\\)"),
+    (np.zeros(6), "holds an array of shape \\(6,\\); it needs a row per training dataset row \\(6\\)"),
+    (np.where(np.arange(18).reshape(6, 3) == 7, np.nan, 1.0), "holds NaN or infinity \\(row 2 first\\)"),
+])
+def test_a_bad_embeddings_file_is_refused_when_the_trainer_is_built(tmp_path, tokenizer, embeddings, message):
+    np.save(tmp_path / "embeddings.npy", embeddings)
+    with pytest.raises(ValueError, match=f"^vip_embeddings='.*embeddings.npy' {message}"):
+        make_trainer(tmp_path, tokenizer, max_steps=1, vip_embeddings=str(tmp_path / "embeddings.npy"), **VIP)
+
+
+def test_a_vip_allocator_object_is_checked_against_the_batch_when_the_trainer_is_built(tmp_path, tokenizer):
+    with pytest.raises(ValueError, match="^num_generations=3 gives the generation batch's 2 prompts fewer than 4"):
+        make_trainer(tmp_path, tokenizer, num_generations=3, per_device_train_batch_size=6,
+                     allocator=VIPAllocator(2, 8, rule="grpo"))
+    with pytest.raises(ValueError, match="^the generation batch's 10 rollouts are 1 x the VIPAllocator's "
+                                         "max_generations=8 plus 2"):
+        make_trainer(tmp_path, tokenizer, num_generations=5, per_device_train_batch_size=10,
+                     allocator=VIPAllocator(2, 8, rule="grpo"))
