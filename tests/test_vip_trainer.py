@@ -261,3 +261,21 @@ def test_a_vip_allocator_object_is_checked_against_the_batch_when_the_trainer_is
                                          "max_generations=8 plus 2"):
         make_trainer(tmp_path, tokenizer, num_generations=5, per_device_train_batch_size=10,
                      allocator=VIPAllocator(2, 8, rule="grpo"))
+
+
+def test_the_release_fit_without_recorded_visits_fits_on_none(tmp_path):
+    # A resume from a checkpoint without the stage's file: the tracker holds rates, the stage no visits. Its first fit
+    # conditions on nothing (the prior), not on every tracked rate; the next one on the batch it then records.
+    from trl_budget.tracker import CapabilityTracker
+    from trl_budget.vip_stage import VIPStage
+
+    embeddings, keys = np.random.default_rng(0).normal(size=(6, 3)), [f"p{index}" for index in range(6)]
+    tracker = CapabilityTracker()
+    tracker.update(np.repeat(keys, 2), np.tile([1.0, 0.0, 1.0, 1.0], 3))  # rates 1/2 and 1 by turns
+    stage = VIPStage(dict(length_scale=0.4, prior_mean=-5.0, max_observed=4096, carry_mean=True))
+    stage.keys, stage.embeddings, stage.last_visit = keys, embeddings, np.full(6, -1)  # as `prepare` leaves them
+    assert np.allclose(stage.predicted_rates(keys, tracker), 1.0 / (1.0 + np.exp(5.0)))
+    stage.visited(keys[:2], np.array([4, 4]))
+    rates = tracker.pass_rates(keys[:2])
+    expected = dense_carried_means(embeddings, [(np.arange(2), rates)])[0]
+    assert np.allclose(stage.predicted_rates(keys, tracker), 1.0 / (1.0 + np.exp(-expected)))

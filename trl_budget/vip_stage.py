@@ -118,7 +118,8 @@ class VIPStage:
         fitted = ~np.isnan(tracked)
         predictor = SuccessRatePredictor(self.embeddings, **self.predictor_options)
         if predictor.carried_mean is not None:
-            fitted &= self.last_visit == self.batches - 1  # the last batch's prompts (none before the first batch)
+            # the last batch's prompts: none before the first recorded batch (-1, no visit, is not batch -1)
+            fitted &= (self.last_visit >= 0) & (self.last_visit == self.batches - 1)
             if self.carried_mean is not None:
                 predictor.start_from(self.carried_mean)
         seen = np.flatnonzero(fitted)
