@@ -126,12 +126,14 @@ def test_the_release_fit_carries_its_mean_from_batch_to_batch_and_through_a_resu
     assert np.array_equal(resumed.vip.carried_mean, full.vip.carried_mean)
 
 
-def test_a_count_of_zero_leaves_its_prompt_out_of_the_batch(tmp_path, tokenizer):
+@pytest.mark.parametrize("chosen", [dict(budget_allocator="vip"),  # by name, or as an object beside another name
+                                    dict(budget_allocator="knapsack", allocator=VIPAllocator(1, 8, rule="grpo"))])
+def test_a_count_of_zero_leaves_its_prompt_out_of_the_batch(tmp_path, tokenizer, chosen):
     # Bounds 1 to 8, 2 rollouts a prompt on average: the release's rounding keeps no count below 4, so half the
     # prompts get none (the release drops them from the batch); they generate and train nothing.
     trainer = make_trainer(tmp_path, tokenizer, max_steps=3, num_generations=2, budget_min_generations=1,
                            budget_max_generations=8, dataset=make_dataset(12), trainer_class=PredictionRecorder,
-                           budget_allocator="vip")
+                           **chosen)
     trainer.train()
     for plan in trainer.plans:
         assert plan.counts.sum() == 8 and (plan.counts == 0).any() and set(plan.counts.tolist()) <= {0, 4, 8}
@@ -226,14 +228,54 @@ def test_embeddings_from_a_file_are_read_by_dataset_row(tmp_path, tokenizer):
     ({**VIP, "vip_embeddings": "missing.npy"}, "^vip_embeddings='missing.npy' is not a file"),
     ({**VIP, "vip_solver": "exact", "vip_rule": "grpo"}, "^budget_min_generations=2 is too low for the exact solver"),
     ({**VIP, "vip_solver": "newton"}, "^vip_solver must be one of slsqp, exact"),
+    ({**VIP, "budget_max_generations": 3, "num_generations": 2}, "^budget_max_generations=3 is below 4: .* Raise "
+                                                                 "budget_max_generations to 4 or more"),
+    ({**VIP, "num_generations": 3, "per_device_train_batch_size": 6}, "^num_generations=3 gives .* 2 prompts fewer "
+                                                                      "than 4 rollouts each, and its 6 rollouts"),
+    ({**VIP, "num_generations": 2, "per_device_train_batch_size": 6}, "^num_generations=2 .* Raise num_generations to "
+                                                                      "4 or more, or choose a generation batch size"),
+    ({**VIP, "num_generations": 5, "per_device_train_batch_size": 10, "budget_max_generations": 8},
+     "^the generation batch's 10 rollouts are 1 x budget_max_generations=8 plus 2"),
 ])
 def test_bad_vip_settings_are_refused_with_the_fix(tmp_path, overrides, message):
     with pytest.raises(ValueError, match=message):
         BudgetGRPOConfig(**config_kwargs(tmp_path, **overrides))
 
 
-def test_an_embeddings_file_of_another_dataset_is_refused_before_training(tmp_path, tokenizer):
-    np.save(tmp_path / "embeddings.npy", np.zeros((5, 3)))
-    trainer = make_trainer(tmp_path, tokenizer, max_steps=1, vip_embeddings=str(tmp_path / "embeddings.npy"), **VIP)
-    with pytest.raises(ValueError, match="needs a row per training dataset row \\(6\\)"):
-        trainer.train()
+@pytest.mark.parametrize("embeddings, message", [
+    (np.zeros((5, 3)), "holds an array of shape \\(5, 3\\); it needs a row per training dataset row \\(6\\)"),
+    (np.zeros(6), "holds an array of shape \\(6,\\); it needs a row per training dataset row \\(6\\)"),
+    (np.where(np.arange(18).reshape(6, 3) == 7, np.nan, 1.0), "holds NaN or infinity \\(row 2 first\\)"),
+])
+def test_a_bad_embeddings_file_is_refused_when_the_trainer_is_built(tmp_path, tokenizer, embeddings, message):
+    np.save(tmp_path / "embeddings.npy", embeddings)
+    with pytest.raises(ValueError, match=f"^vip_embeddings='.*embeddings.npy' {message}"):
+        make_trainer(tmp_path, tokenizer, max_steps=1, vip_embeddings=str(tmp_path / "embeddings.npy"), **VIP)
+
+
+def test_a_vip_allocator_object_is_checked_against_the_batch_when_the_trainer_is_built(tmp_path, tokenizer):
+    with pytest.raises(ValueError, match="^num_generations=3 gives the generation batch's 2 prompts fewer than 4"):
+        make_trainer(tmp_path, tokenizer, num_generations=3, per_device_train_batch_size=6,
+                     allocator=VIPAllocator(2, 8, rule="grpo"))
+    with pytest.raises(ValueError, match="^the generation batch's 10 rollouts are 1 x the VIPAllocator's "
+                                         "max_generations=8 plus 2"):
+        make_trainer(tmp_path, tokenizer, num_generations=5, per_device_train_batch_size=10,
+                     allocator=VIPAllocator(2, 8, rule="grpo"))
+
+
+def test_the_release_fit_without_recorded_visits_fits_on_none(tmp_path):
+    # A resume from a checkpoint without the stage's file: the tracker holds rates, the stage no visits. Its first fit
+    # conditions on nothing (the prior), not on every tracked rate; the next one on the batch it then records.
+    from trl_budget.tracker import CapabilityTracker
+    from trl_budget.vip_stage import VIPStage
+
+    embeddings, keys = np.random.default_rng(0).normal(size=(6, 3)), [f"p{index}" for index in range(6)]
+    tracker = CapabilityTracker()
+    tracker.update(np.repeat(keys, 2), np.tile([1.0, 0.0, 1.0, 1.0], 3))  # rates 1/2 and 1 by turns
+    stage = VIPStage(dict(length_scale=0.4, prior_mean=-5.0, max_observed=4096, carry_mean=True))
+    stage.keys, stage.embeddings, stage.last_visit = keys, embeddings, np.full(6, -1)  # as `prepare` leaves them
+    assert np.allclose(stage.predicted_rates(keys, tracker), 1.0 / (1.0 + np.exp(5.0)))
+    stage.visited(keys[:2], np.array([4, 4]))
+    rates = tracker.pass_rates(keys[:2])
+    expected = dense_carried_means(embeddings, [(np.arange(2), rates)])[0]
+    assert np.allclose(stage.predicted_rates(keys, tracker), 1.0 / (1.0 + np.exp(-expected)))

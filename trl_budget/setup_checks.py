@@ -15,7 +15,8 @@ from .prior import arrow_missing, check_prior_columns, first_row_where
 from .prompt_sampling import checked_prompt_values
 from .prompts import IMAGE_COLUMNS, has_images, missing_id_error
 from .rollout_plan import checked_allocation
-from .vip_stage import first_batch_rates
+from .settings.vip import check_vip_batch
+from .vip_stage import first_batch_rates, read_embeddings, uses_vip
 
 logger = logging.get_logger(__name__)
 
@@ -41,10 +42,12 @@ def check_before_building(args: BudgetGRPOConfig, allocator, tracker, train_data
             f"per generation batch, which {args.world_size} processes cannot share evenly. Choose a probe size "
             "that makes that product a multiple of the number of processes."
         )
+    if uses_vip(args, allocator):
+        check_vip_run(args, allocator, train_dataset)
     checked_allocation(  # a broken allocator fails here, before any model is loaded
         allocator, first_batch_rates(args, allocator, args.prompts_per_generation_batch()), args.generation_batch_size,
         None,
-        args.generation_bounds(),
+        args.generation_bounds(allocator=allocator),
     )
     check_dataset_fills_a_generation_batch(train_dataset, prompts_per_batch, args)
     if args.budget_token_cap is not None:
@@ -60,6 +63,15 @@ def check_before_building(args: BudgetGRPOConfig, allocator, tracker, train_data
         check_dynamic_sampling(allocator, train_dataset, prompts_per_batch * args.dynamic_sampling_oversample)
     if args.resolved_prompt_sampling() is not None:
         check_prompt_sampling(train_dataset, args, allocator)
+
+
+def check_vip_run(args: BudgetGRPOConfig, allocator, train_dataset) -> None:
+    """A VIPAllocator given beside another `budget_allocator` name: its bounds against the batch, as the settings check
+    VIP's own; an embeddings file: a finite row per training dataset row."""
+    if args.budget_allocator != "vip":
+        check_vip_batch(args, allocator.max_generations, "the VIPAllocator's max_generations")
+    if args.vip_embeddings != "policy" and train_dataset is not None and hasattr(train_dataset, "__len__"):
+        read_embeddings(args.vip_embeddings, len(train_dataset))
 
 
 def refuse_unindexable(dataset, who: str, other_fix: str = "") -> None:

@@ -380,7 +380,7 @@ class BudgetGRPOTrainer(GRPOTrainer):
 
     def _allocate(self, keys: list[str], pass_rates: np.ndarray, budget: int, failure_rate, history_rates=None):
         """The main process's allocation, on every process; with `history_rates`, also the allocation they give."""
-        bounds = self.args.generation_bounds()
+        bounds = self.args.generation_bounds(allocator=self.allocator)
 
         def decide():
             allocator = self.allocator

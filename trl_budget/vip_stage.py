@@ -21,7 +21,7 @@ from .dynamic_sampling import training_rows
 from .prompts import keys_of
 from .success_prediction import SuccessRatePredictor
 
-__all__ = ["VIPStage", "VIP_EMBEDDINGS_NAME", "first_batch_rates", "rates_with_rollouts", "uses_vip"]
+__all__ = ["VIPStage", "VIP_EMBEDDINGS_NAME", "first_batch_rates", "rates_with_rollouts", "read_embeddings", "uses_vip"]
 
 VIP_EMBEDDINGS_NAME = "budget_vip_embeddings.npz"
 
@@ -52,6 +52,20 @@ def rates_with_rollouts(fresh_rates: np.ndarray, predictions: np.ndarray) -> np.
     weighed against the batch's rollouts as under the other allocators (probe_history_weight, probe_prior_strength).
     """
     return np.where(np.isnan(fresh_rates), predictions, fresh_rates)
+
+
+def read_embeddings(path: str, rows: int) -> np.ndarray:
+    """The `vip_embeddings` file's array, checked: a finite row per training dataset row."""
+    embeddings = np.load(path, allow_pickle=False)
+    if embeddings.ndim != 2 or embeddings.shape[0] != rows:
+        raise ValueError(f"vip_embeddings={path!r} holds an array of shape {embeddings.shape}; it needs a row per "
+                         f"training dataset row ({rows}). Recompute it over the training dataset.")
+    embeddings = np.asarray(embeddings, dtype=np.float64)
+    if not np.isfinite(embeddings).all():
+        row = int(np.flatnonzero(~np.isfinite(embeddings).all(axis=1))[0])
+        raise ValueError(f"vip_embeddings={path!r} holds NaN or infinity (row {row} first). Recompute the "
+                         "embeddings: every training dataset row needs a finite one.")
+    return embeddings
 
 
 class VIPStage:
@@ -87,16 +101,9 @@ class VIPStage:
         if self.source == "policy":
             embeddings = trainer.policy_passes.prompt_embeddings([rows[row]["prompt"] for row in first_row.values()])
         else:
-            embeddings = self._from_file(len(rows))[list(first_row.values())]
+            embeddings = read_embeddings(self.source, len(rows))[list(first_row.values())]
         self.keys, self.embeddings = list(first_row), embeddings
         self.last_visit = np.full(len(self.keys), -1, dtype=np.int64)
-
-    def _from_file(self, rows: int) -> np.ndarray:
-        embeddings = np.load(self.source, allow_pickle=False)
-        if embeddings.ndim != 2 or embeddings.shape[0] != rows:
-            raise ValueError(f"vip_embeddings={self.source!r} holds an array of shape {embeddings.shape}; it needs a "
-                             f"row per training dataset row ({rows}). Recompute it over the training dataset.")
-        return np.asarray(embeddings, dtype=np.float64)
 
     def predicted_rates(self, batch_keys: list[str], tracker) -> np.ndarray:
         """Each batch prompt's success rate: the Gaussian process fitted to the tracked rates of every seen prompt
@@ -111,7 +118,8 @@ class VIPStage:
         fitted = ~np.isnan(tracked)
         predictor = SuccessRatePredictor(self.embeddings, **self.predictor_options)
         if predictor.carried_mean is not None:
-            fitted &= self.last_visit == self.batches - 1  # the last batch's prompts (none before the first batch)
+            # the last batch's prompts: none before the first recorded batch (-1, no visit, is not batch -1)
+            fitted &= (self.last_visit >= 0) & (self.last_visit == self.batches - 1)
             if self.carried_mean is not None:
                 predictor.start_from(self.carried_mean)
         seen = np.flatnonzero(fitted)

@@ -10,7 +10,9 @@ As its release allocates (`allocate_rollout` in `src/vip/allocation/bernoulli_al
    subject to sum n = budget and lower <= n <= upper (4 and 32), relaxed to real n.
 3. The real solution is rounded (`round_as_released`): floors, floors below 4 set to 0, the rest of the budget handed
    out one rollout at a time by the gain of sum a (n + 3) / (n + 4)^2, then counts in (0, 4) set to 0 again and their
-   rollouts given one at a time to the largest counts.
+   rollouts given one at a time to the largest counts below the upper bound (where every kept count is at the upper
+   bound, to a 0: one prompt then keeps budget mod upper rollouts, which can be 1 to 3; the trainer's settings refuse
+   such batches, `settings.vip.check_vip_batch`).
 4. When all rates are equal the solver is skipped: an even split, or, when the budget cannot give every prompt 4,
    groups of 4 rollouts to prompts drawn with replacement.
 
@@ -264,7 +266,8 @@ class VIPAllocator(_BoundedAllocator):
 
     Args:
         min_generations, max_generations: the solver's bounds on each count (the release's 4 and 32). The rounding
-            keeps no count in (0, 4), as the release's, so a count can be 0 (the release then drops the prompt).
+            sets counts in (0, 4) to 0, as the release's, so a count can be 0 (the release then drops the prompt);
+            where every kept count reaches max_generations, one can keep 1 to 3 (see the module).
         rule: "rloo" or "grpo", the release's two objectives.
         solver: "slsqp" (the release's solver, SLSQP from the even split, then its rounding bit for bit:
             `round_as_released`) or "exact" (water-filling on the Lagrange multiplier: the exact optimum of the same

@@ -117,18 +117,21 @@ class AllocationSettings:
                 setattr(self, TRACKER_FIELDS[argument], value)
                 from_release.add(TRACKER_FIELDS[argument])
 
-    def generation_bounds(self, rollouts_a_prompt: bool = True) -> tuple[int, int]:
+    def generation_bounds(self, rollouts_a_prompt: bool = True, allocator=None) -> tuple[int, int]:
         """The fewest and most rollouts a prompt of a batch may get (`budget_max_generations=None`: 128, or
         num_generations where that is more; under VIP 32, its release's); with `rollouts_a_prompt`, SPO's rollouts a
         prompt under its allocator, and 0 as VIP's fewest (its rounding drops a prompt whose count falls below 4, as
-        the release drops it from the batch)."""
+        the release drops it from the batch) wherever VIP allocates: named by `budget_allocator`, or `allocator`, the
+        trainer's allocator object, is VIP's."""
+        from ..vip_stage import uses_vip  # here: the stage's module imports the trainer's rooms
+
         if rollouts_a_prompt and self.budget_allocator == "spo":
             return self.spo_rollouts_per_prompt, self.spo_rollouts_per_prompt
         most = self.budget_max_generations
         if most is None:
             most = max(VIP_MAX_GENERATIONS if self.budget_allocator == "vip" else DEFAULT_MAX_GENERATIONS,
                        self.num_generations)
-        fewest = 0 if rollouts_a_prompt and self.budget_allocator == "vip" else self.budget_min_generations
+        fewest = 0 if rollouts_a_prompt and uses_vip(self, allocator) else self.budget_min_generations
         return fewest, most
 
     def prompts_per_generation_batch(self) -> int:

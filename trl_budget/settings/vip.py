@@ -35,6 +35,7 @@ class VIPSettings:
             raise ValueError(f"vip_embeddings={source!r} is not a file. Give the path of a .npy file holding a row "
                              "per training dataset row (e.g. all-MiniLM-L6-v2's embeddings of the questions, as VIP's "
                              "release makes them), or 'policy'.")
+        check_vip_batch(self, self.generation_bounds()[1], "budget_max_generations")
         if self.prompt_sampling is not None:  # (dynamic sampling runs under uniform only: refused there)
             raise ValueError(f"prompt_sampling={self.prompt_sampling!r} chooses the batch's prompts from the "
                              "tracker's rates, not from VIP's predictions, and is not built with "
@@ -55,3 +56,29 @@ class VIPSettings:
         except ValueError as error:
             raise ValueError(name_the_field(str(error), lambda name: f"vip_{name}")) from error
         return options
+
+
+def check_vip_batch(args, most: int, most_name: str) -> None:
+    """Refuse bounds and batches whose rollouts VIP's rounding (which keeps no count in (0, 4)) cannot spend in counts
+    of 4 or more: at most `most` a prompt (named `most_name`), `generation_batch_size` a batch."""
+    from ..allocators.vip import MIN_KEEP
+
+    batch, prompts = args.generation_batch_size, args.prompts_per_generation_batch()
+    if most < MIN_KEEP:
+        raise ValueError(f"{most_name}={most} is below {MIN_KEEP}: VIP's rounding gives every prompt it keeps at least "
+                         f"{MIN_KEEP} rollouts. Raise {most_name} to {MIN_KEEP} or more (VIP's release uses 32).")
+    if batch < MIN_KEEP * prompts and batch % MIN_KEEP:
+        raise ValueError(
+            f"num_generations={args.num_generations} gives the generation batch's {prompts} prompts fewer than "
+            f"{MIN_KEEP} rollouts each, and its {batch} rollouts (generation_batch_size) are not a multiple of "
+            f"{MIN_KEEP}: where every rate is equal (the first batch's, all at the prior) VIP hands out groups of "
+            f"{MIN_KEEP} rollouts, which cannot spend it. Raise num_generations to {MIN_KEEP} or more, or choose a "
+            f"generation batch size (per_device_train_batch_size x processes x steps_per_generation) that is a "
+            f"multiple of {MIN_KEEP}.")
+    left = batch % most
+    if not args.rounds_generations and 0 < left < MIN_KEEP:
+        raise ValueError(
+            f"the generation batch's {batch} rollouts are {batch // most} x {most_name}={most} plus {left}: where "
+            f"VIP's rounding fills prompts to {most_name}, the {left} left go to one prompt, which would train fewer "
+            f"than the {MIN_KEEP} rollouts VIP keeps. Choose {most_name} or a generation batch size that leaves 0 or at "
+            f"least {MIN_KEEP} rollouts over whole multiples of {most_name}.")
