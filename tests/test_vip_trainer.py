@@ -126,8 +126,12 @@ def test_the_release_fit_carries_its_mean_from_batch_to_batch_and_through_a_resu
     assert np.array_equal(resumed.vip.carried_mean, full.vip.carried_mean)
 
 
-@pytest.mark.parametrize("chosen", [dict(budget_allocator="vip"),  # by name, or as an object beside another name
-                                    dict(budget_allocator="knapsack", allocator=VIPAllocator(1, 8, rule="grpo"))])
+@pytest.mark.parametrize("chosen", [dict(budget_allocator="vip"),  # by name, as an object beside another name, or
+                                    dict(budget_allocator="knapsack", allocator=VIPAllocator(1, 8, rule="grpo")),
+                                    # by its dotted path
+                                    dict(budget_allocator="trl_budget.allocators.vip:VIPAllocator",
+                                         budget_allocator_kwargs={"rule": "grpo"})],
+                         ids=["by_name", "object", "dotted_path"])
 def test_a_count_of_zero_leaves_its_prompt_out_of_the_batch(tmp_path, tokenizer, chosen):
     # Bounds 1 to 8, 2 rollouts a prompt on average: the release's rounding keeps no count below 4, so half the
     # prompts get none (the release drops them from the batch); they generate and train nothing.
