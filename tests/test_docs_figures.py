@@ -2374,3 +2374,29 @@ def test_every_figure_of_vips_prediction_error_comes_from_the_stored_benchmark()
     assert_stated_and_nothing_else(section, [" ".join(vip_prediction_error.markdown_table(record).split()), *design],
                                    ("sigmoid(-1) = 0.27", "prior -5", "prior -1", "95%", "batch 0", "t - 1",
                                     "six levels", "1e-6"))
+
+
+def test_the_vip_page_states_its_measured_costs_and_nothing_else():
+    import importlib.util
+
+    def module(path: str):
+        spec = importlib.util.spec_from_file_location(Path(path).stem, BENCHMARKS / path)
+        loaded = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(loaded)
+        return loaded
+
+    speed, scale = read("allocation_time/results/vip_speed.json"), read("overhead/results/vip_prediction_scale.json")
+    text = page("docs/vip.md")
+    section = text[text.index("## Measured costs"):]
+    extrapolated = [row for row in speed["rows"] if row["slsqp_extrapolated"]]
+    assert len(extrapolated) == 1 and extrapolated[0]["slsqp_iterations"] == 1
+    assert not any(row["slsqp_converged"] for row in speed["rows"])  # "stopped at its iteration limit in every row"
+    assert all(row["slsqp_real_objective"] > row["exact_real_objective"] for row in speed["rows"])
+    assert speed["machine"] == scale["machine"] and speed["machine"]["cores"] == 2
+    big = extrapolated[0]
+    expected = [*module("allocation_time/vip_speed.py").markdown_table(speed).splitlines(),
+                *module("overhead/vip_prediction_scale.py").markdown_table(scale).splitlines(),
+                "AVX2, 2 cores", f"At {big['prompts']:,} prompts one SLSQP iteration was run "
+                f"({big['slsqp_measured_s']:.1f} s) and the release's {module('allocation_time/vip_speed.py').RELEASE_ITERATIONS} "
+                "extrapolated", f"the release's rounding there ({big['release_round_s']:.1f} s)"]
+    assert_stated_and_nothing_else(section, [line for line in expected if line])
