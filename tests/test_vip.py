@@ -158,6 +158,15 @@ def test_groups_of_four_are_seeded_and_the_same_on_every_call():
     assert any(not np.array_equal(first, other) for other in others)
 
 
+def test_groups_of_four_never_exceed_the_upper_bound():
+    # Before: a prompt drawn twice got 8 rollouts under max_generations=4 (as the release's draw does), which the
+    # trainer's plan refused mid-run; a first batch of VIP always has equal rates (the prior's).
+    for seed in range(50):
+        counts = VIPAllocator(2, 4, seed=seed).allocate(np.full(8, 0.27), 16)
+        assert counts.sum() == 16 and counts.max() <= 4 and set(counts.tolist()) <= {0, 4}
+    assert max(groups_of_four(8, 16, seed).max() for seed in range(50)) > 4  # the unbounded draw does exceed it
+
+
 @pytest.mark.parametrize("rule, fewest", [("rloo", 1), ("grpo", 3)])
 def test_the_top_up_reaches_the_objectives_integer_optimum_where_it_is_convex(rule, fewest):
     # From `fewest` rollouts on every term is convex (rloo's pole at 1 included): the greedy is exact.

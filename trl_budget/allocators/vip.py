@@ -248,16 +248,24 @@ def falls_from_counts(objective: VarianceObjective, counts: np.ndarray, upper: i
     return np.where(ahead, np.minimum(falls, np.finfo(np.float64).max), -np.inf)
 
 
-def groups_of_four(prompts: int, budget: int, seed: int) -> np.ndarray:
+def groups_of_four(prompts: int, budget: int, seed: int, upper: int | None = None) -> np.ndarray:
     """The release's split when every rate is equal and the budget cannot give each prompt 4: `budget / 4` groups of
     4 rollouts, each to a prompt drawn with replacement. The release draws from numpy's global, unseeded generator;
     here the draw is seeded by `seed`, the prompt count and the budget, so every process (and a resumed run) draws
-    the same groups."""
+    the same groups. The release lets a prompt drawn often exceed its upper bound; here a group that would (above
+    `upper`) goes to a prompt drawn from those with room, from the same generator."""
     if budget % MIN_KEEP:
         raise ValueError(f"budget {budget} must be a multiple of {MIN_KEEP} when it cannot give every one of {prompts} "
                          f"prompts {MIN_KEEP} rollouts (VIP then hands out groups of {MIN_KEEP}).")
     generator = np.random.default_rng([seed, prompts, budget, zlib.crc32(b"vip groups of four")])
-    return MIN_KEEP * np.bincount(generator.integers(0, prompts, budget // MIN_KEEP), minlength=prompts)
+    counts = MIN_KEEP * np.bincount(generator.integers(0, prompts, budget // MIN_KEEP), minlength=prompts)
+    # Fewer groups than prompts (the budget is below 4 a prompt), so a prompt with room always exists.
+    while upper is not None and counts.max() > upper:
+        over = int(np.argmax(counts))
+        room = np.flatnonzero(counts + MIN_KEEP <= upper)
+        counts[over] -= MIN_KEEP
+        counts[room[generator.integers(room.size)]] += MIN_KEEP
+    return counts
 
 
 @register_allocator("vip")
@@ -348,7 +356,7 @@ class VIPAllocator(_BoundedAllocator):
 
     def _split_equal_rates(self, prompts: int, budget: int) -> np.ndarray:
         if budget < MIN_KEEP * prompts:
-            return groups_of_four(prompts, budget, self.seed)
+            return groups_of_four(prompts, budget, self.seed, self.max_generations)
         return np.bincount(np.arange(budget) % prompts, minlength=prompts).astype(np.int64)
 
     def _checked(self, pass_rates, budget, failure_rate) -> tuple[np.ndarray, int]:
