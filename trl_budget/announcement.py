@@ -138,11 +138,11 @@ def history_settings_given(args) -> bool:
     """Whether a setting only the history baseline reads was given (GRPO's group refuses it), beyond those a
     shorthand baseline set for itself (which go with it)."""
     from .settings.baselines import BASELINE_SHORTHANDS
+    from .settings.unread import HISTORY_SETTINGS
 
     own = BASELINE_SHORTHANDS.get(args.baseline_shorthand(), {})
     return any(getattr(args, name) != args.__dataclass_fields__[name].default and name not in own
-               for name in ("advantage_history_window", "advantage_history_first_visit",
-                            "advantage_history_includes_batch"))
+               for name in HISTORY_SETTINGS)
 
 
 def announcement(args, allocator, baseline: str) -> str:
