@@ -65,9 +65,9 @@ def rule_in_effect(args, allocator, baseline: str) -> str:
     prompts = ("in TRL's sampler's order" if draws_every_candidate(args) else
                PROMPT_ORDERS.get(args.resolved_prompt_sampling(), "in TRL's sampler's order"))
     per_prompt = getattr(allocator, "rollouts_per_prompt", None)  # SPO's layout: the batch's size in prompts
+    # that num_generations is not read is said once, among the differences from GRPOTrainer
     layout = ("" if per_prompt is None else f", {per_prompt} rollout{'s' if per_prompt > 1 else ''} for each of the "
-              f"generation batch's {args.generation_batch_size // per_prompt} prompts (num_generations="
-              f"{num_generations_given(args)} is not read)")
+              f"generation batch's {args.generation_batch_size // per_prompt} prompts")
     return (f"Rollout budget: allocation by {allocator!r} (budget_allocator={args.budget_allocator!r}){layout}"
             f"{', with ' + ' and '.join(stages) if stages else ', in one shot'}; prompts {prompts}; advantage "
             f"baseline {baseline!r}.")
