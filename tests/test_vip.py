@@ -3,6 +3,7 @@ exact solver against SLSQP, its top-up after rounds until mixed against brute fo
 
 import itertools
 import json
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -221,3 +222,22 @@ def test_the_docs_state_the_stored_speed_measurement():
     record = json.loads((ROOT / "benchmarks/allocation_time/results/vip_speed.json").read_text())
     assert {row["prompts"] for row in record["rows"]} == {512, 4096}
     assert markdown_table(record) in (ROOT / "docs/vip.md").read_text()
+
+
+def test_a_solve_stopped_at_slsqps_iteration_limit_is_logged_and_warned_about_once(caplog):
+    # A recorded case where the release's SLSQP stopped at its iteration limit (64 prompts, rloo).
+    [case] = [case for case in SOLVED if not case["solver_success"] and len(case["pass_rates"]) == 64
+              and case["rule"] == "rloo"]
+    allocator = VIPAllocator(case["lower"], case["upper"], case["rule"], "slsqp")
+    with caplog.at_level(logging.WARNING, logger="trl_budget.trainer"):
+        for _ in range(2):
+            counts = allocator.allocate(np.array(case["pass_rates"]), case["budget"])
+    assert counts.sum() == case["budget"]
+    assert allocator.metrics(None) == {"vip_solver_converged": 0.0, "vip_solver_iterations": 100.0}
+    [warning] = [record.getMessage() for record in caplog.records]
+    assert warning.startswith("VIP's SLSQP solve stopped without converging (Iteration limit reached, 100 iterations, "
+                              "64 prompts)") and "budget/vip_solver_converged" in warning
+    converged = next(case for case in SOLVED if case["solver_success"])
+    allocator.allocate(np.array(converged["pass_rates"]), converged["budget"])
+    assert allocator.metrics(None)["vip_solver_converged"] == 1.0
+    assert VIPAllocator(4, 32, "rloo", "exact").metrics(None) == {}

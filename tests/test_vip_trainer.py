@@ -66,6 +66,10 @@ def test_a_vip_run_allocates_from_predictions_of_seen_and_unseen_prompts(tmp_pat
     assert predicted_unseen > 0  # an unseen prompt was allocated from a prediction off the prior
     logged = [entry for entry in trainer.state.log_history if "budget/unseen_prompts" in entry]
     assert len(logged) == 6 and logged[0]["budget/unseen_prompts"] == 1.0
+    # Each batch SLSQP solved logs whether it converged; the first (equal rates under the prior) needed no solve.
+    solved = [entry for entry in logged if "budget/vip_solver_converged" in entry]
+    assert "budget/vip_solver_converged" not in logged[0]
+    assert solved and all(entry["budget/vip_solver_converged"] in (0.0, 1.0) for entry in solved)
     assert trainer.histogram[:6] == [plan.pass_rates.tolist() for plan in trainer.plans]  # the predictions
 
 

@@ -24,6 +24,7 @@ milliseconds at any batch size, and never stops short.
 
 from __future__ import annotations
 
+import logging
 import math
 import zlib
 
@@ -33,6 +34,8 @@ from ..checks import check_whole_number
 from .base import _BoundedAllocator
 from .registry import register_allocator
 from .solver import take_largest_gains
+
+logger = logging.getLogger("trl_budget.trainer")  # where the run's other announcements and warnings go
 
 RATE_CLIP = 1e-6
 # The release's price per rollout, gamma in b = gamma log p, of each objective.
@@ -300,6 +303,7 @@ class VIPAllocator(_BoundedAllocator):
                              "Raise min_generations, or use solver='slsqp'.")
         self.rule, self.solver, self.seed = rule, solver, int(seed)
         self.last_solve: dict | None = None
+        self._warned_unconverged = False
 
     def allocate(self, pass_rates, budget: int, failure_rate: float | None = None) -> np.ndarray:
         rates, budget = self._checked(pass_rates, budget, failure_rate)
@@ -321,7 +325,22 @@ class VIPAllocator(_BoundedAllocator):
         real_counts, result = solve_by_slsqp(objective, budget, lower, upper)
         self.last_solve = {"solver": "slsqp", "real_counts": real_counts, "converged": bool(result.success),
                            "message": str(result.message), "iterations": int(result.nit)}
+        if not result.success and not self._warned_unconverged:
+            self._warned_unconverged = True
+            logger.warning(
+                f"VIP's SLSQP solve stopped without converging ({result.message}, {result.nit} iterations, "
+                f"{objective.rates.size} prompts); the release rounds such a solve's counts as they are, and so does "
+                "this allocator. budget/vip_solver_converged logs every batch's solve (0: stopped short); "
+                "solver='exact' (vip_solver='exact') always reaches the optimum. This warning is not repeated.")
         return real_counts
+
+    def metrics(self, pass_rates, failure_rate: float | None = None) -> dict[str, float]:
+        """What the trainer logs at each batch: whether the latest SLSQP solve converged (1) or stopped short (0),
+        and its iterations; nothing for the exact solver or equal rates, which need no iterations."""
+        solve = self.last_solve
+        if solve is None or solve["solver"] != "slsqp":
+            return {}
+        return {"vip_solver_converged": float(solve["converged"]), "vip_solver_iterations": float(solve["iterations"])}
 
     def top_up(self, pass_rates, counts, spare: int, failure_rate: float | None = None) -> np.ndarray:
         """`counts` plus `spare` more rollouts (at most `max_generations` a prompt) that lower the objective most, for
