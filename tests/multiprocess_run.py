@@ -1,5 +1,7 @@
 """Run under `accelerate launch --num_processes 2`: trains a few steps and writes what each rank saw.
 
+    multiprocess_run.py OUTPUT_DIR MODE [OUTPUT_DIR MODE ...]   # the runs one after another, in the same processes
+                                                      # (a launch's start-up is most of a run's time)
     multiprocess_run.py OUTPUT_DIR ALLOCATOR          # a normal run
     multiprocess_run.py OUTPUT_DIR knapsack-probe     # with a probe stage of 2 rollouts per prompt
     multiprocess_run.py OUTPUT_DIR uniform-rounds     # rounds until mixed: 2 rollouts a round (also knapsack-, coba-, vip-)
@@ -40,7 +42,9 @@ from trl_budget.demo.tiny import build_char_tokenizer
 class RecordingTrainer(BudgetGRPOTrainer):
     """Keeps every rank's view of each generation batch: the plan, and the rows this rank generated."""
 
-    seen = []
+    def __init__(self, *args, **kwargs):
+        self.seen = []  # this run's batches alone, where several runs share a launch
+        super().__init__(*args, **kwargs)
 
     def _generate_and_score_completions(self, inputs):
         output = super()._generate_and_score_completions(inputs)
@@ -129,10 +133,10 @@ def parity_reward_infinite_on_rank_1(completions, answer, trainer_state, **kwarg
     return rewards
 
 
-def trl_parity(output_dir: str, mode: str) -> None:
+def trl_parity(output_dir: str, mode: str):
     """`uniform-trl`, `default-trl` and `grpo-trl`: BudgetGRPOTrainer with GRPO's baseline (exactly GRPOTrainer), with
     the defaults (the history baseline), or GRPOTrainer itself, on the same run; each rank writes its losses, the
-    completions and advantages TRL logged, and a digest of the trained weights."""
+    completions and advantages TRL logged, and a digest of the trained weights. Returns the trainer's accelerator."""
     import hashlib
 
     from trl import GRPOConfig, GRPOTrainer
@@ -155,10 +159,11 @@ def trl_parity(output_dir: str, mode: str) -> None:
               "weights": digest}
     rank = trainer.accelerator.process_index
     Path(output_dir, f"rank{rank}.json").write_text(json.dumps(report))
-    leave_without_teardown(trainer.accelerator)
+    return trainer.accelerator
 
 
-def main(output_dir: str, mode: str):
+def run(output_dir: str, mode: str):
+    """One run of `mode`, its reports written under `output_dir`; returns the trainer's accelerator."""
     if mode.endswith("-trl"):
         return trl_parity(output_dir, mode)
     tokenizer = build_char_tokenizer(ALPHABET)
@@ -244,7 +249,16 @@ def main(output_dir: str, mode: str):
             "format_scored": formatted.scored if allocator == "reinforce_ada" else [],
         }
         Path(output_dir, f"rank{rank}.json").write_text(json.dumps(report))
-    leave_without_teardown(trainer.accelerator)
+    return trainer.accelerator
+
+
+def main(*arguments: str):
+    """Each (OUTPUT_DIR, MODE) pair in turn, then leave once every process is done."""
+    if not arguments or len(arguments) % 2:
+        sys.exit(f"expected OUTPUT_DIR MODE pairs, got {' '.join(arguments) or 'nothing'}")
+    for output_dir, mode in zip(arguments[::2], arguments[1::2]):
+        accelerator = run(output_dir, mode)
+    leave_without_teardown(accelerator)
 
 
 if __name__ == "__main__":
