@@ -28,6 +28,14 @@ REGIMES = {
     "brackets-fresh": ("brackets", (3, 4, 5), 1e-4, FRESH_POOL),
 }
 
+# The pilot's second round (`pilot.py --pilot 2`), after "brackets-fresh" failed its room gate: the brackets family at
+# 20 and 24 brackets (the fifth study's pilot 3 qualified it at the pool of 1 500), at each pool.
+PILOT_2_REGIMES = {
+    "brackets-20-24-revisited": ("brackets", (4, 5), 1e-4, REVISITED_POOL),
+    "brackets-20-24-fresh": ("brackets", (4, 5), 1e-4, FRESH_POOL),
+}
+CANDIDATE_REGIMES = {**REGIMES, **PILOT_2_REGIMES}
+
 GROUP = {"advantage_baseline": "group"}  # GRPO's group mean, scaled by the group's deviation (TRL's default)
 # The project's history baseline as the fourth and fifth studies ran it: the prompt's tracked rewards with this
 # batch's, window 16; on a first visit the group's own.
@@ -57,6 +65,7 @@ ARMS = {
     "spo": (8, SPO),
     "spo-trl-order": (8, {**SPO, "prompt_sampling_pool": ROLLOUTS}),
     "spo-constant-rho": (8, {**SPO, "spo_rho": SPO_CONSTANT_RHO}),
+    "uniform-n8-earlier-or-batch": (8, {"budget_allocator": "uniform", **EARLIER_OR_BATCH}),
     "n2-group": (2, {"budget_allocator": "uniform", **GROUP}),
     "n2-history": (2, {"budget_allocator": "uniform", **HISTORY}),
     "n2-batch": (2, {"budget_allocator": "uniform", **BATCH}),
@@ -73,7 +82,7 @@ MAX_GENERATIONS = {"vip": 32}  # the release's upper bound; every other arm keep
 
 def arm_settings(regime: str, label: str, quick: bool = False) -> RLSettings:
     """The RL settings of `label` in `regime`: 512 rollouts a batch (the room gate 1 024), 8 updates a batch."""
-    _, levels, rate, pool = REGIMES[regime]
+    _, levels, rate, pool = CANDIDATE_REGIMES[regime]
     per_prompt = ARMS[label][0]
     prompts = ROLLOUTS // per_prompt if label != "uniform-n16" else ROLLOUTS // 8
     settings = replace(RLSettings.study(16 if quick else BUDGET), learning_rate=rate, levels=levels,

@@ -31,6 +31,20 @@ Pre-registered here, before any run of this pilot:
 - Also reported, not judged: every arm's metric, the candidate's and SPO's differences from uniform n = 8 with 95%
   intervals, the share of prompts without a gradient, seconds a run (two at once; not a cost figure).
 Writes benchmarks/sixth_study/results/pilot.json; finished runs are stored (results/run_cache) and reused.
+
+Pilot 2 (`--pilot 2`), pre-registered here after pilot 1's room gates and before any of its runs. Pilot 1's gates
+(`--stored-only`, with 20 of its 32 runs stored, every room-gate run among them): `sorting-fresh` passed (+1.17
+[+0.17, +2.16] points); `brackets-fresh` failed the room criterion (+1.31 [-0.67, +3.29]), so it is not a study
+regime. Pilot 1's other runs go on as registered (its sizing reads them). Pilot 2 looks for the brackets family's
+fresh regime:
+- Candidate (`arms.PILOT_2_REGIMES`): 20 and 24 brackets (levels 4 and 5) at 1e-4 at the fresh pool of 30 720
+  (`brackets-20-24-fresh`); the fifth study's pilot 3 qualified these levels at the pool of 1 500 (room +1.67 [+0.11,
+  +3.24] points, seeds 420-423), which makes `brackets-20-24-revisited` its revisited regime.
+- Arms `uniform-n8` and `uniform-n16`, seeds 604-607 (fresh), n = 8 before n = 16 seed by seed; pilot 1's criteria.
+- If it passes, the study's brackets family is 20 and 24 brackets at both pools (one task on both sides of the
+  pool-size interaction), its primaries sized on pilot 1's brackets SDs (the nearest measured); if it fails, the
+  study has one fresh regime (sorting) and runs brackets at the revisited pool only, and says so.
+Writes results/pilot_2.json.
 """
 
 from __future__ import annotations
@@ -48,22 +62,25 @@ from trl_budget.demo.study_stats import minimal_detectable_effect, paired_interv
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))
-from arms import ARMS, REGIMES, arm_settings  # noqa: E402
+from arms import ARMS, CANDIDATE_REGIMES, arm_settings  # noqa: E402
 from study_run import stored_study_run  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SEEDS = (600, 601, 602, 603)
+PILOT_2_SEEDS = (604, 605, 606, 607)
 FRESH = ("sorting-fresh", "brackets-fresh")
+PILOT_2_FRESH = ("brackets-20-24-fresh",)
 REVISITED = {"sorting-revisited": "sorting-fresh", "brackets-revisited": "brackets-fresh"}
 CANDIDATE = "n2-earlier-or-batch"
 ROOM_POINTS = 0.01
 PRIMARIES_PER_REGIME = ((CANDIDATE, "spo"), (CANDIDATE, "uniform-n8"))
-HOLM_FIRST_LEVEL = 0.05 / (len(REGIMES) * len(PRIMARIES_PER_REGIME))
+HOLM_FIRST_LEVEL = 0.05 / (4 * len(PRIMARIES_PER_REGIME))  # two families at two pools
 SEED_RANGE, TARGET_MDE = (12, 20), 0.01
 
 
 def pilot_run(regime: str, label: str, seed: int, quick: bool, run_cache: Path, train: bool = True) -> dict:
-    return stored_study_run("sixth-pilot", regime, label, seed, REGIMES[regime][0], arm_settings(regime, label, quick),
+    return stored_study_run("sixth-pilot", regime, label, seed, CANDIDATE_REGIMES[regime][0],
+                            arm_settings(regime, label, quick),
                             ARMS[label][1], run_cache, train, run_rl)
 
 
@@ -129,11 +146,26 @@ def summarize(runs: dict, seeds) -> dict:
             "arms": arms, "versus_uniform_n8": versus}
 
 
+def pilot_2(args) -> dict:
+    """Pilot 2: the candidate fresh regime's room gate, on uniform alone."""
+    seeds = PILOT_2_SEEDS[:2] if args.quick else PILOT_2_SEEDS
+    jobs = [(regime, label, seed) for seed in seeds for regime in PILOT_2_FRESH for label in ("uniform-n8", "uniform-n16")]
+    runs = {job: run["result"] for job, run in study_runs(jobs, pilot_run, args).items()}
+    return {"gates": {regime: gate(runs, regime, seeds) for regime in PILOT_2_FRESH}, "runs": runs}
+
+
 def main(argv=None) -> dict:
-    args = study_arguments(__doc__, RESULTS, argv)
+    import argparse
+
+    which = argparse.ArgumentParser(add_help=False)
+    which.add_argument("--pilot", type=int, choices=(1, 2), default=1)
+    chosen, rest = which.parse_known_args(argv)
+    args = study_arguments(__doc__, RESULTS, rest)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     if args.quick and args.output_dir == RESULTS:
         raise SystemExit("--quick trains smoke runs, which do not belong in the pilot's results: give --output-dir.")
+    if chosen.pilot == 2:
+        return write_pilot_2(args)
     seeds = SEEDS[:2] if args.quick else SEEDS
     runs = {job: run["result"] for job, run in study_runs(job_order(seeds), pilot_run, args).items()}
     summary = summarize(runs, seeds)
@@ -145,6 +177,20 @@ def main(argv=None) -> dict:
     (args.output_dir / "pilot.json").write_text(json.dumps(summary, indent=2) + "\n")
     print(json.dumps({"gates": summary["gates"], "sizing": summary["sizing"],
                       "versus_uniform_n8": summary["versus_uniform_n8"]}, indent=1))
+    return summary
+
+
+def write_pilot_2(args) -> dict:
+    result = pilot_2(args)
+    runs = result.pop("runs")
+    summary = {**result, "runs": len(runs),
+               "machines": [json.loads(entry) for entry in sorted({json.dumps(run["machine"], sort_keys=True)
+                                                                    for run in runs.values()})],
+               "command": "OMP_NUM_THREADS=1 python benchmarks/sixth_study/pilot.py --pilot 2"
+                          + (" --quick" if args.quick else "")}
+    args.output_dir.mkdir(parents=True, exist_ok=True)
+    (args.output_dir / "pilot_2.json").write_text(json.dumps(summary, indent=2) + "\n")
+    print(json.dumps(summary["gates"], indent=1))
     return summary
 
 
