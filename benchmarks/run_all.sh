@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every benchmark whose figures the README cites, exactly as run (each study with its pilot in a folder of its own,
-# first_study/ to fifth_study/; the machinery's in allocation_time/, overhead/, engine_cost/, beyond_options/, demo/;
+# first_study/ to sixth_study/; the machinery's in allocation_time/, overhead/, engine_cost/, beyond_options/, demo/;
 # common/ holds what several share). Each writes to its folder's results/ and prints the README's table. About an hour
 # on 2 CPU cores; run it on an otherwise idle machine (the timings are ratios measured side by side, but a busy machine
 # still blurs them). Before the folders, every script was benchmarks/NAME.py and wrote to benchmarks/results/: the
@@ -106,6 +106,10 @@ git worktree add /tmp/study_code fca3fcc && (cd /tmp/study_code && PYTHONPATH=/t
     fifth:brackets/spo:500 fifth:sorting/uniform-n8-history:501)
 OMP_NUM_THREADS=1 python benchmarks/common/retrain_stored.py --against /tmp/study_ref \
     --record benchmarks/fifth_study/results/retrain_intel_head.json fifth:brackets/spo:500 fifth:sorting/uniform-n8-history:501
+# The sixth study (its runs are trained over several sessions; the script resumes from the stored ones):
+OMP_NUM_THREADS=1 python benchmarks/sixth_study/pilot.py
+OMP_NUM_THREADS=1 python benchmarks/sixth_study/pilot.py --pilot 2
+OMP_NUM_THREADS=1 python benchmarks/sixth_study/sixth_study.py
 
 # The first allocation study (pool regime, 6 pre-registered variants x 5 paired seeds): two single-threaded processes,
 # one per core; then the exploratory variant added after their first results; then one summary over all the runs

@@ -45,6 +45,18 @@ fresh regime:
   pool-size interaction), its primaries sized on pilot 1's brackets SDs (the nearest measured); if it fails, the
   study has one fresh regime (sorting) and runs brackets at the revisited pool only, and says so.
 Writes results/pilot_2.json.
+
+As run (stated after the runs; nothing above changed): pilot 1 `OMP_NUM_THREADS=1 PYTHONPATH=<worktree> python
+<worktree>/benchmarks/sixth_study/pilot.py` from a worktree of the commit that registered it (the package's code
+frozen while it ran: `code` d3314a645575907a in every run), 11:33 to 13:04, two runs at once, on an AMD EPYC (family
+25 model 1, AVX2, 2 cores), other work beside it for its first 90 minutes (runs took 120 to 660 s); all 32 runs are
+stored. Pilot 2 `... pilot.py --pilot 2` likewise from the commit that registered it, 13:05 to 13:21, alone on the
+machine; its 8 runs are stored. `--stored-only` reproduces both JSON files byte for byte. Answers: `sorting-fresh`
+passed (+1.17 [+0.17, +2.16] points); `brackets-fresh` failed the room criterion (+1.31 [-0.67, +3.29]);
+`brackets-20-24-fresh` failed it too (+1.71 [-0.73, +4.15]). So the study has one fresh regime, sorting's, and runs
+brackets at the fifth study's revisited regime only, as pilot 2 registered. Sizing: the largest paired SD is 1.77
+points (`n2-earlier-or-batch - uniform-n8` at `brackets-fresh`), which no count up to 20 brings to an MDE of 1 point:
+20 seeds (MDE 1.56 points).
 """
 
 from __future__ import annotations

@@ -1,0 +1,369 @@
+"""The sixth study: which factor carries SPO's gain (rollouts a prompt, the baseline, the prompt order), whether it
+holds where prompts rarely come back, and whether a rule inside GRPO's contract matches it.
+
+    OMP_NUM_THREADS=1 python benchmarks/sixth_study/sixth_study.py      # train every run not yet stored, summarise
+    python benchmarks/sixth_study/sixth_study.py --stored-only          # summarise the stored runs, train nothing
+    python benchmarks/sixth_study/sixth_study.py --quick --output-dir /tmp/s   # a smoke run
+
+Pre-registered here, committed before any run of the study (the pilot, `pilot.py`, seeds 600-603, ran before; its
+answers are in results/pilot.json and tied to this script by tests/test_sixth_study.py).
+
+- Regimes (`STUDY_REGIMES`, settings in `arms.CANDIDATE_REGIMES`), each the fifth study's batch shape
+  (`RLSettings.study(960)`: 512 rollouts and 8 optimizer updates a generation batch, 960 updates, a constant learning
+  rate of 1e-4 after 16 warm-up steps, float32, one thread, the shipped warm starts):
+  - `sorting-revisited`: the fifth study's sorting regime (10 and 12 digits) and pool of 1 500 training problems. A
+    prompt comes back about 41 times a run under one rollout a prompt, 20 under two, 5 under eight. Its room gate
+    passed in the fifth study (+1.24 [+0.85, +1.63] points, 20 seeds).
+  - `sorting-fresh`: the same at a pool of 30 720. A prompt comes back about twice under one rollout a prompt (SPO's
+    weights draw with replacement), never under two (120 batches of 256 prompts: one pass), and uniform n = 8 sees a
+    quarter of the pool once. Room gate: the pilot's (+1.17 [+0.17, +2.16], four seeds).
+  - `brackets-revisited`: the fifth study's brackets regime (16, 20 and 24 brackets) and pool of 1 500; room gate +1.43
+    [+0.93, +1.93] points there (20 seeds).
+  No fresh regime of the brackets family passed its room gate: at 16 to 24 brackets uniform n = 16 gained +1.31
+  [-0.67, +3.29] points over n = 8 (the pilot), at 20 and 24 brackets +1.71 [-0.73, +4.15] (pilot 2), each on four
+  seeds. So the issue's two families at two pool sizes are not both met: sorting is run at both pools, brackets at the
+  revisited one, and the pool-size interaction is sorting's alone.
+- Metric: greedy exact-match accuracy on 1 000 held-out problems, the mean of the evaluations at updates 840, 900 and
+  960; beside it the learning curve's area, reported, not tested.
+- Arms (`arms.ARMS`, every setting written out), each at 512 rollouts generated a batch and 960 updates; a factor
+  changes at a time:
+  - rollouts a prompt: 8 (64 prompts a batch), 2 (256), 1 (512, SPO's layout);
+  - the baseline: GRPO's group (`group`), the batch's mean reward scaled by the batch's deviation (`batch`), the
+    history baseline (`history`: the prompt's tracked rewards with this batch's, window 16, the group on a first
+    visit), earlier visits else the batch (`earlier-or-batch`: the prompt's mean reward from earlier visits, window
+    16, on a first visit the batch's mean, advantages scaled over the batch; `advantage_baseline="earlier_or_batch"`),
+    SPO's Beta estimate;
+  - the prompt order: TRL's sampler, or SPO's weights over the whole pool.
+  The arms: `uniform-n8` (the reference), `uniform-n8-history`, `uniform-n8-batch`, `uniform-n8-earlier-or-batch`,
+  `n2-group`, `n2-history`, `n2-batch`, `n2-earlier-or-batch` (the contract-keeping candidate, `BEST`), `spo` (SPO as
+  the project runs it without a prior: KL-adaptive rho), `spo-trl-order` (SPO's layout and baseline in TRL's sampler
+  order: `prompt_sampling_pool` = the batch's 512 prompts), `spo-constant-rho` (rho = 0.875), `vip` (VIP as released:
+  its SLSQP solver, its fit, bounds 2 to 32, GRPO's objective, over 64 prompts a batch).
+- `BEST`, the project's best rule inside GRPO's contract, is `n2-earlier-or-batch`: the candidate a pilot outside the
+  project pointed to, built as a first-class setting; this project's pilot measured it (results/pilot.json) but did
+  not choose among candidates. It keeps the contract: the user's `num_generations` (2) and batch sizes are read as TRL
+  reads them, any reward scale trains, TRL's metrics keep their meaning.
+- Seeds: `SEEDS`, 610-629, paired within a regime (the same seed in every arm and regime); fresh: no earlier study or
+  pilot used them. Their count is the pilot's pre-registered sizing (`sizing.study_seeds` in results/pilot.json): the
+  largest paired SD, 1.77 points (`n2-earlier-or-batch - uniform-n8` in the brackets fresh regime), needs more than
+  20 seeds for an MDE of 1 point, so the cap of 20 holds, with an MDE of 1.56 points there.
+- Primary comparisons, one family of six, Holm-corrected (exact two-sided sign-flip p at 0.05), with 95% t
+  intervals and intervals at the Bonferroni level: per regime `BEST - spo` and `BEST - uniform-n8`. A comparison not
+  paired on every seed keeps its place at p = 1. The MDE at 80% power at Holm's first level (0.05 / 6), for a paired
+  t test, from the pilot's paired SDs (`mde80`), is reported beside each, with the observed SD's. What the pilot saw, four seeds at the
+  fresh pools (results/pilot.json; the study tests figures partly seen, on fresh seeds): `spo - uniform-n8` +2.34
+  [+0.83, +3.86] points in sorting and +6.28 [+3.78, +8.77] in brackets; `n2-earlier-or-batch - uniform-n8` +1.31
+  [-0.91, +3.53] and +3.82 [+1.00, +6.65]. (The pilot sized the seeds at Holm's level for eight primaries, 0.05 / 8,
+  before the brackets fresh regime fell out: the six here are tested at 0.05 / 6 and their MDEs are a little smaller.)
+- Secondary comparisons (`SECONDARY`), one Holm family per regime: the layout at each baseline (n = 2 against n = 8:
+  group, history, batch, earlier-or-batch), the baseline at each layout (history, batch against group at n = 8 and
+  n = 2; earlier-or-batch against history at both, against the batch at n = 2), the prompt order under SPO's layout
+  and baseline (`spo - spo-trl-order`), SPO's baseline on one rollout against the candidate on two, both in TRL's
+  order (`spo-trl-order - n2-earlier-or-batch`), rho (`spo-constant-rho - spo`) and VIP (`vip - uniform-n8`).
+- The pool-size interaction (descriptive, 95% t intervals, not tested): per family run at both pools (sorting) and
+  seed, a comparison's difference at the revisited pool minus at the fresh one, for `BEST - spo`, `BEST - uniform-n8`, `spo - uniform-n8` and
+  `spo - spo-trl-order`.
+- Cost, counted in full per arm: generated rollouts per batch (512 in every arm, no prior) and in all, trained rollouts
+  and completion tokens per batch after the first 23 batches, optimizer updates, KL-adaptive rho's extra forward rows,
+  visits per training prompt (mean, 10th and 90th percentiles, share never drawn), the share of trained rollouts with
+  a non-zero advantage, the share of prompts with a gradient, the policy's entropy, seconds a run (two at once; not a
+  cost figure). Measured after the study's last run, never beside it, and written to their own results: the trainer's
+  time a batch side by side (`benchmarks/overhead/`: every arm's bookkeeping, rho's passes, VIP's solver and fit) and
+  the engine time of the three layouts (64 x 8, 256 x 2, 512 x 1; `benchmarks/fifth_study/engine_time.py` measured
+  the first and last).
+- The rules that read the results (`recommendation`, `default_baseline`), committed here with the arms:
+  - For each pool kind (revisited, fresh) and each family of it, from the primaries: the candidate is recommended
+    there (`num_generations=2`, `advantage_baseline="earlier_or_batch"`, the batch's prompts four times uniform's) when
+    `BEST - uniform-n8` is significant after Holm and positive and `BEST - spo` is not significant and negative; SPO
+    is recommended by name (it changes the layout, the order and what an epoch means) when `BEST - spo` is
+    significant and negative; otherwise no rule is recommended over GRPO's there. A pool kind's answer is the answer
+    its families share (the fresh kind has one: sorting's, stated as one family's); where they differ, each family's
+    is stated, and none is a recommendation for the kind.
+  - Where a user's run falls: the expected visits a prompt, v = generation batches x prompts a batch / training rows,
+    under the recommended layout (the candidate's: 20.5 at the revisited pool, 1.0 at the fresh one). v >= 10 reads
+    the revisited answer, v <= 1 the fresh one; between them nothing was measured, and the answer says so. The reward
+    kind measured is a binary verifiable reward (exact match); other kinds are not measured.
+  - The trainer's default baseline (`advantage_baseline` unset, uniform allocation; now the history baseline) becomes
+    `earlier_or_batch` only if in every regime neither `uniform-n8-earlier-or-batch - uniform-n8-history` nor
+    `n2-earlier-or-batch - n2-history` is significant and negative, and one of them is significant and positive in at
+    least two regimes, one of each pool kind; it becomes GRPO's group when `uniform-n8-history - uniform-n8` is
+    significant and negative in some regime and `earlier_or_batch` does not qualify; otherwise it stays. A default
+    never changes `num_generations` or the batch sizes: the layout is the user's.
+
+Runs are trained the primaries' arms first (`uniform-n8`, `spo`, `BEST` over every seed and regime), then the other
+arms seed by seed; each finished run is stored under its settings, seed and the package's code (results/run_cache).
+The code the runs execute is frozen: `STUDY_CODE` is its digest, training refuses other code, and the summary lists
+every stored run trained by another. Writes results/sixth_study.json.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from trl_budget.demo.run import run_rl
+from trl_budget.demo.run_cache import refuse_other_code, study_arguments, study_runs
+from trl_budget.demo.study_stats import (answer_sentences, comparison_name, compare_runs, minimal_detectable_effect,
+                                         paired_interval, runs_family, study_metric)
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parents[0] / "common"))
+sys.path.insert(0, str(HERE.parents[0] / "fifth_study"))
+from arms import ARMS, CANDIDATE_REGIMES, FRESH_POOL, REVISITED_POOL, arm_settings  # noqa: E402
+from fifth_study import curve_area, incomplete, run_cost  # noqa: E402  the fifth study's figures, read alike
+from study_run import stored_study_run  # noqa: E402
+
+RESULTS = HERE / "results"
+PILOT, PILOT_2 = RESULTS / "pilot.json", RESULTS / "pilot_2.json"  # pilot 2: no regime passed
+FIFTH_RESULTS = HERE.parents[0] / "fifth_study" / "results"
+STUDY_REGIMES = ("sorting-revisited", "brackets-revisited", "sorting-fresh")
+REGIMES = {name: CANDIDATE_REGIMES[name] for name in STUDY_REGIMES}
+SEEDS = range(610, 630)
+# The digest of the package code every run of the study executes (`run_cache.code_digest`); training refuses other code.
+STUDY_CODE = "4348c103d360f8b7"
+SKIP = 23  # generation batches left out of the per-batch costs: the revisited pools' first epoch under uniform n = 8
+BASELINE, BEST, SPO = "uniform-n8", "n2-earlier-or-batch", "spo"
+STUDY_ARMS = [label for label in ARMS if label != "uniform-n16"]
+REVISITED = tuple(regime for regime in STUDY_REGIMES if CANDIDATE_REGIMES[regime][3] == REVISITED_POOL)
+FRESH = tuple(regime for regime in STUDY_REGIMES if CANDIDATE_REGIMES[regime][3] == FRESH_POOL)
+FAMILIES = {CANDIDATE_REGIMES[revisited][0]: (revisited, fresh) for revisited in REVISITED for fresh in FRESH
+            if CANDIDATE_REGIMES[revisited][:3] == CANDIDATE_REGIMES[fresh][:3]}  # one task, levels and rate
+PRIMARY = [(regime, BEST, SPO) for regime in REGIMES] + [(regime, BEST, BASELINE) for regime in REGIMES]
+HOLM_FIRST_LEVEL = 0.05 / len(PRIMARY)
+SECONDARY_PAIRS = [
+    # rollouts a prompt at each baseline
+    ("n2-group", "uniform-n8"), ("n2-history", "uniform-n8-history"), ("n2-batch", "uniform-n8-batch"),
+    ("n2-earlier-or-batch", "uniform-n8-earlier-or-batch"),
+    # the baseline at each layout
+    ("uniform-n8-history", "uniform-n8"), ("uniform-n8-batch", "uniform-n8"),
+    ("uniform-n8-earlier-or-batch", "uniform-n8-history"), ("n2-history", "n2-group"), ("n2-batch", "n2-group"),
+    ("n2-earlier-or-batch", "n2-history"), ("n2-earlier-or-batch", "n2-batch"),
+    # the prompt order under SPO's layout and baseline; SPO's baseline on one rollout against the candidate on two
+    ("spo", "spo-trl-order"), ("spo-trl-order", "n2-earlier-or-batch"),
+    # rho; VIP
+    ("spo-constant-rho", "spo"), ("vip", "uniform-n8"),
+]
+SECONDARY = {regime: [(regime, arm, reference) for arm, reference in SECONDARY_PAIRS] for regime in REGIMES}
+INTERACTION_PAIRS = [(BEST, SPO), (BEST, BASELINE), (SPO, BASELINE), (SPO, "spo-trl-order")]
+METRIC = "greedy held-out accuracy, mean of the last three evaluations"
+# The layout a recommendation gives, as a user writes it; and the defaults each outcome of `default_baseline` sets.
+CANDIDATE_SETTINGS = {"num_generations": 2, "advantage_baseline": "earlier_or_batch"}
+VISITS = {"revisited": 10.0, "fresh": 1.0}  # a user's expected visits a prompt: at least / at most
+
+
+def pilot() -> dict:
+    return json.loads(PILOT.read_text())
+
+
+def mde80(comparison: tuple[str, str, str], paired_sd: float | None = None) -> float:
+    """The MDE at 80% power at Holm's first level, from the pilot's paired SD of the comparison in its regime."""
+    regime, arm, reference = comparison
+    sd = pilot()["sizing"]["paired_sd"][regime][f"{arm} - {reference}"] if paired_sd is None else paired_sd
+    return minimal_detectable_effect(sd, len(SEEDS), alpha=HOLM_FIRST_LEVEL)
+
+
+def study_run(regime: str, label: str, seed: int, quick: bool, run_cache: Path, train: bool = True) -> dict:
+    """One run, stored (or read back) under its settings and seed; single-threaded, for a process pool."""
+    return stored_study_run("sixth", regime, label, seed, REGIMES[regime][0], arm_settings(regime, label, quick),
+                            ARMS[label][1], run_cache, train, run_rl)
+
+
+def job_order(seeds) -> list[tuple[str, str, int]]:
+    """The primaries' arms over every seed and regime first, then the other arms seed by seed."""
+    first = (BASELINE, SPO, BEST)
+    primaries = [(regime, arm, seed) for seed in seeds for regime in REGIMES for arm in first]
+    others = [(regime, arm, seed) for seed in seeds for regime in REGIMES for arm in STUDY_ARMS if arm not in first]
+    return primaries + others
+
+
+# ------------------------------------------------------------------------------------------------------ the figures
+
+
+def with_area(runs: dict, comparison: tuple[str, str, str], seeds: list[int], test: dict) -> dict:
+    return {**test, "curve_area": compare_runs(runs, comparison, seeds, curve_area)}
+
+
+def interaction(runs: dict, seeds: list[int]) -> dict:
+    """Per family and seed: a comparison's difference at the revisited pool minus at the fresh one."""
+    result = {}
+    for family, (revisited, fresh) in FAMILIES.items():
+        for arm, reference in INTERACTION_PAIRS:
+            jobs = [(regime, label) for regime in (revisited, fresh) for label in (arm, reference)]
+            have = [s for s in seeds if all((regime, label, s) in runs for regime, label in jobs)]
+            values = np.array([(study_metric(runs[revisited, arm, s]) - study_metric(runs[revisited, reference, s]))
+                               - (study_metric(runs[fresh, arm, s]) - study_metric(runs[fresh, reference, s]))
+                               for s in have])
+            row = {"seeds": len(have)}
+            if len(have) > 1:
+                mean, interval = paired_interval(values)
+                row.update(diff=mean, ci95=interval, differences=values.tolist())
+            result[f"{family}: ({arm} - {reference}) revisited - fresh"] = row
+    return result
+
+
+def arm_rows(runs: dict, seeds: list[int], skip: int) -> dict:
+    costs = {job: run_cost(run, skip) for job, run in runs.items()}
+    arms = {}
+    for regime in REGIMES:
+        for label in STUDY_ARMS:
+            have = [s for s in seeds if (regime, label, s) in runs]
+            if not have:
+                continue
+            values = [study_metric(runs[regime, label, s]) for s in have]
+            figures = [costs[regime, label, s] for s in have]
+            arms.setdefault(regime, {})[label] = {
+                "seeds": len(have), "metric_mean": float(np.mean(values)),
+                "metric_sd": float(np.std(values, ddof=1)) if len(values) > 1 else None,
+                "curve_area_mean": float(np.mean([curve_area(runs[regime, label, s]) for s in have])),
+                **{name: float(np.mean([f[name] for f in figures])) for name in figures[0]},
+                **({} if label == BASELINE else {"vs_uniform_n8": compare_runs(runs, (regime, label, BASELINE),
+                                                                               seeds)})}
+    return arms
+
+
+def summarize(runs: dict, seeds: list[int], skip: int = SKIP) -> dict:
+    """The study's figures from its stored `runs`, keyed by (regime, arm, seed)."""
+    primaries = runs_family(runs, PRIMARY, seeds, incomplete(runs, PRIMARY, seeds))
+    for comparison in PRIMARY:
+        name = comparison_name(comparison)
+        test = with_area(runs, comparison, seeds, primaries[name])
+        test["mde80"] = mde80(comparison)
+        test["mde80_observed"] = mde80(comparison, test["paired_sd"]) if "paired_sd" in test else None
+        test["room_gate"] = room_gate(comparison[0])
+        primaries[name] = test
+    secondaries = {}
+    for regime, comparisons in SECONDARY.items():
+        family = runs_family(runs, comparisons, seeds, incomplete(runs, comparisons, seeds))
+        secondaries[regime] = {comparison_name(c): with_area(runs, c, seeds, family[comparison_name(c)])
+                               for c in comparisons}
+    summary = {"primary": primaries, "secondary": secondaries, "interaction": interaction(runs, seeds),
+               "room_gates": {regime: room_gate(regime) for regime in REGIMES}, "arms": arm_rows(runs, seeds, skip),
+               "runs_with_other_code": sorted(f"{regime} {label} {seed}: {run['machine']['code']}"
+                                              for (regime, label, seed), run in runs.items()
+                                              if run["machine"]["code"] != STUDY_CODE)}
+    summary["recommendation"] = recommendation(summary)
+    summary["default_baseline"] = default_baseline(summary)
+    return summary
+
+
+def room_gate(regime: str) -> dict:
+    """The regime's room gate, on uniform alone (`uniform-n16 - uniform-n8`): a fresh pool's from this study's pilot,
+    a revisited one's from the fifth study, whose regime it is."""
+    if regime in FRESH:
+        gate = pilot()["gates"][regime]
+        return {"source": "benchmarks/sixth_study/results/pilot.json", "diff": gate["room"]["diff"],
+                "ci95": gate["room"]["ci95"], "seeds": gate["room"]["seeds"], "passes": gate["passed"]}
+    gate = json.loads((FIFTH_RESULTS / "fifth_study.json").read_text())["room_gates"][regime.split("-")[0]]
+    return {"source": "benchmarks/fifth_study/results/fifth_study.json", "diff": gate["diff"], "ci95": gate["ci95"],
+            "seeds": 20, "passes": gate["passes"]}
+
+
+# ----------------------------------------------------------------------------------- the rules that read the results
+
+
+def verdict(test: dict) -> int:
+    """+1: significantly ahead after Holm; -1: significantly behind; 0: neither, or not complete."""
+    if not test.get("holm", {}).get("significant"):
+        return 0
+    return 1 if test["diff"] > 0 else -1
+
+
+def family_answer(primary: dict, regime: str) -> str:
+    """'candidate', 'spo' or 'none' in one regime, from its two primaries."""
+    over_spo = verdict(primary[comparison_name((regime, BEST, SPO))])
+    over_uniform = verdict(primary[comparison_name((regime, BEST, BASELINE))])
+    if over_spo < 0:
+        return "spo"
+    return "candidate" if over_uniform > 0 else "none"
+
+
+def recommendation(summary: dict) -> dict:
+    """Per pool kind: each family's answer, the kind's (the answer its families share, else None), and where a user's
+    run falls (expected visits a prompt under the recommended layout)."""
+    result = {}
+    for kind, regimes in (("revisited", REVISITED), ("fresh", FRESH)):
+        answers = {regime: family_answer(summary["primary"], regime) for regime in regimes}
+        shared = set(answers.values())
+        result[kind] = {"by_regime": answers, "answer": shared.pop() if len(shared) == 1 else None,
+                        "applies_when": (f"expected visits a prompt >= {VISITS[kind]:g}" if kind == "revisited"
+                                         else f"expected visits a prompt <= {VISITS[kind]:g}")}
+    result["candidate_settings"] = CANDIDATE_SETTINGS
+    result["between"] = (f"between {VISITS['fresh']:g} and {VISITS['revisited']:g} expected visits a prompt nothing "
+                         "was measured")
+    result["reward_kind"] = "binary verifiable rewards (exact match); other reward kinds were not measured"
+    return result
+
+
+def default_baseline(summary: dict) -> str:
+    """The trainer's default baseline under uniform allocation the results give: 'earlier_or_batch', 'group', or
+    'history' (unchanged)."""
+    tests = {regime: [verdict(summary["secondary"][regime][comparison_name((regime, arm, reference))])
+                      for arm, reference in (("uniform-n8-earlier-or-batch", "uniform-n8-history"),
+                                             ("n2-earlier-or-batch", "n2-history"))] for regime in REGIMES}
+    never_behind = all(-1 not in verdicts for verdicts in tests.values())
+    ahead = {regime for regime, verdicts in tests.items() if 1 in verdicts}
+    if never_behind and ahead & set(REVISITED) and ahead & set(FRESH):
+        return "earlier_or_batch"
+    history_behind = any(verdict(summary["secondary"][regime][comparison_name((regime, "uniform-n8-history",
+                                                                                BASELINE))]) < 0
+                         for regime in REGIMES)
+    return "group" if history_behind else "history"
+
+
+def markdown_table(summary: dict) -> str:
+    lines = []
+    for regime, arms in summary["arms"].items():
+        lines += [f"\n{regime}:", "| arm | seeds | metric | minus uniform-n8 (95% CI) | curve area | trained tokens "
+                  "| visits | non-zero advantage | entropy | seconds |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for label, row in arms.items():
+            test = row.get("vs_uniform_n8", {})
+            diff = (f"{test['diff'] * 100:+.2f} [{test['ci95'][0] * 100:+.2f}, {test['ci95'][1] * 100:+.2f}]"
+                    if "diff" in test else "-")
+            lines.append(f"| {label} | {row['seeds']} | {row['metric_mean']:.4f} | {diff} | "
+                         f"{row['curve_area_mean']:.4f} | {row['trained_tokens']:.0f} | {row['visits_mean']:.1f} | "
+                         f"{row['nonzero_advantage_share']:.3f} | {row['entropy']:.3f} | {row['seconds']:.0f} |")
+    return "\n".join(lines)
+
+
+def preregistered(seeds: list[int]) -> dict:
+    return {"seeds": [seeds[0], seeds[-1]], "regimes": REGIMES,
+            "arms": {label: {"rollouts_a_prompt": ARMS[label][0], "settings": ARMS[label][1]} for label in STUDY_ARMS},
+            "best": BEST, "primary": [comparison_name(c) for c in PRIMARY],
+            "secondary": {regime: [comparison_name(c) for c in cs] for regime, cs in SECONDARY.items()},
+            "mde80": {comparison_name(c): mde80(c) for c in PRIMARY}, "holm_first_level": HOLM_FIRST_LEVEL,
+            "metric": METRIC, "study_code": STUDY_CODE}
+
+
+def main(argv=None) -> dict:
+    args = study_arguments(__doc__, RESULTS, argv)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    if args.quick and args.output_dir == RESULTS:
+        raise SystemExit("--quick trains smoke runs, which do not belong in the study's results: give --output-dir.")
+    if not (args.stored_only or args.quick):
+        refuse_other_code("sixth study", STUDY_CODE, "benchmarks/sixth_study/sixth_study.py", "sixth:regime/arm:seed")
+    seeds = list(SEEDS)[:2] if args.quick else list(SEEDS)
+    runs = {job: run["result"] for job, run in study_runs(job_order(seeds), study_run, args).items()}
+    summary = summarize(runs, seeds, 1 if args.quick else SKIP)  # a quick run has two batches
+    summary["preregistered"] = preregistered(seeds)
+    summary["answer"] = answer_sentences(summary["primary"])
+    summary["runs"] = len(runs)
+    summary["machines"] = [json.loads(entry) for entry in sorted({json.dumps(run["machine"], sort_keys=True)
+                                                                  for run in runs.values()})]
+    summary["command"] = ("OMP_NUM_THREADS=1 python benchmarks/sixth_study/sixth_study.py"
+                          + (" --quick" if args.quick else ""))
+    args.output_dir.mkdir(parents=True, exist_ok=True)
+    (args.output_dir / "sixth_study.json").write_text(json.dumps(summary, indent=2) + "\n")
+    print(markdown_table(summary))
+    print("\n".join(summary["answer"]))
+    print(json.dumps({"recommendation": summary["recommendation"], "default_baseline": summary["default_baseline"]},
+                     indent=1))
+    return summary
+
+
+if __name__ == "__main__":
+    main()
