@@ -27,13 +27,14 @@ def factors(label: str) -> dict:
     """What an arm sets, factor by factor, as the trainer reads its settings."""
     config = config_of(label)
     spo_layout = config.budget_allocator == "spo"
+    baseline = config.resolved_advantage_baseline()
     return {"rollouts_a_prompt": 1 if spo_layout else arms.ARMS[label][0],
-            "baseline": (config.resolved_advantage_baseline(), config.scale_rewards,
-                         config.advantage_history_first_visit, config.advantage_history_includes_batch),
+            # SPO's rho is part of its baseline: it sets how the tracker the baseline reads forgets
+            "baseline": (baseline, config.scale_rewards, config.advantage_history_first_visit,
+                         config.advantage_history_includes_batch, config.spo_rho if baseline == "spo" else None),
             # SPO's weights over a pool of one batch draw every candidate once: TRL's sampler's order
             "order": "spo" if config.resolved_prompt_sampling() == "spo" and config.prompt_sampling_pool is None
             else "trl",
-            "rho": config.spo_rho if spo_layout else None,
             "allocation": config.budget_allocator if config.budget_allocator == "vip" else "even"}
 
 
@@ -82,65 +83,94 @@ def test_every_arm_states_its_rule_and_the_trainer_reads_every_setting_it_gives(
                 assert getattr(config, name) == value, (label, name)
 
 
-def test_each_secondary_changes_one_factor_and_the_two_layout_contrast_names_its_two():
+def test_each_secondary_changes_one_factor():
     for arm, reference in sixth_study.SECONDARY_PAIRS:
         mine, theirs = factors(arm), factors(reference)
         changed = {name for name in mine if mine[name] != theirs[name]}
-        if (arm, reference) == ("spo-trl-order", "n2-earlier-or-batch"):
-            assert changed == {"rollouts_a_prompt", "baseline", "rho"}  # SPO's tracker, rho and all, on one rollout
-        else:
-            assert len(changed) == 1, (arm, reference, changed)
-    assert factors("n2-earlier-or-batch")["baseline"] == ("history", "batch", "batch", False)
+        assert len(changed) == 1 or (arm, reference) == ("spo", "uniform-n8"), (arm, reference, changed)
+    assert factors("n1-batch")["rollouts_a_prompt"] == 1 and factors("n1-batch")["baseline"][0] == "batch"
+    assert factors("n2-earlier-or-batch")["baseline"] == ("history", "batch", "batch", False, None)
     assert factors("spo")["order"] == "spo" and factors("spo-trl-order")["order"] == "trl"
     assert config_of("spo-trl-order").prompt_sampling_pool == arms.ROLLOUTS
 
 
-def test_the_recommendation_reads_both_primaries_of_each_regime():
-    def summary(over_spo: dict, over_uniform: dict) -> dict:
-        primary = {}
-        for regime in sixth_study.REGIMES:
-            for (reference, signs) in ((sixth_study.SPO, over_spo), (sixth_study.BASELINE, over_uniform)):
-                sign = signs.get(regime, 0)
-                primary[sixth_study.comparison_name((regime, sixth_study.BEST, reference))] = (
-                    {"diff": 0.01 * sign, "holm": {"significant": sign != 0}})
-        return {"primary": primary}
+def decided(sign: int, low: float = 0.0) -> dict:
+    """A complete comparison: its sign after Holm (0: not significant) and its Bonferroni interval's low end."""
+    return {"diff": 0.01 * sign, "holm": {"significant": sign != 0, "ci_bonferroni": [low, 1.0]}}
 
+
+def rule_summary(over_spo: dict, over_uniform: dict, spo_over_uniform: int = 1, low: float = 0.0,
+                 secondary_signs: dict | None = None) -> dict:
+    """Every primary and secondary complete: not significant unless a sign is given."""
+    primary = {}
+    for regime in sixth_study.REGIMES:
+        for reference, signs in ((sixth_study.SPO, over_spo), (sixth_study.BASELINE, over_uniform)):
+            primary[sixth_study.comparison_name((regime, sixth_study.BEST, reference))] = decided(
+                signs.get(regime, 0), low)
+    secondary = {regime: {sixth_study.comparison_name(c): decided(0) for c in sixth_study.SECONDARY[regime]}
+                 for regime in sixth_study.REGIMES}
+    for regime in sixth_study.REGIMES:
+        secondary[regime][sixth_study.comparison_name((regime, "spo", "uniform-n8"))] = decided(spo_over_uniform)
+        for (arm, reference), sign in (secondary_signs or {}).get(regime, {}).items():
+            secondary[regime][sixth_study.comparison_name((regime, arm, reference))] = decided(sign)
+    return {"primary": primary, "secondary": secondary}
+
+
+def test_the_recommendation_reads_both_primaries_and_spo_against_uniform():
     ahead_everywhere = {regime: 1 for regime in sixth_study.REGIMES}
-    answer = sixth_study.recommendation(summary({}, ahead_everywhere))
+    answer = sixth_study.recommendation(rule_summary({}, ahead_everywhere))
     assert answer["revisited"]["answer"] == answer["fresh"]["answer"] == "candidate"
+    # Not shown within a point of SPO: the candidate, short of SPO.
+    answer = sixth_study.recommendation(rule_summary({}, ahead_everywhere, low=-0.011))
+    assert answer["revisited"]["answer"] == "candidate-short-of-spo"
     # SPO ahead of the candidate on the revisited pools only: SPO there, the candidate where prompts are fresh.
-    answer = sixth_study.recommendation(summary({r: -1 for r in sixth_study.REVISITED}, ahead_everywhere))
+    answer = sixth_study.recommendation(rule_summary({r: -1 for r in sixth_study.REVISITED}, ahead_everywhere))
     assert answer["revisited"]["answer"] == "spo" and answer["fresh"]["answer"] == "candidate"
+    # SPO is named only where it is also ahead of uniform GRPO.
+    answer = sixth_study.recommendation(rule_summary({r: -1 for r in sixth_study.REVISITED}, {}, spo_over_uniform=0))
+    assert answer["revisited"]["answer"] == "none"
     # The families disagree: no answer for the kind, each family's stated.
-    answer = sixth_study.recommendation(summary({}, {"sorting-revisited": 1, "sorting-fresh": 1}))
+    answer = sixth_study.recommendation(rule_summary({}, {"sorting-revisited": 1, "sorting-fresh": 1}))
     assert answer["revisited"]["answer"] is None
     assert answer["revisited"]["by_regime"] == {"sorting-revisited": "candidate", "brackets-revisited": "none"}
     assert answer["fresh"]["answer"] == "candidate" and answer["fresh"]["by_regime"] == {"sorting-fresh": "candidate"}
+    # A comparison not complete on every seed gives no answer.
+    partial = rule_summary({}, ahead_everywhere)
+    del partial["primary"][sixth_study.comparison_name(("sorting-fresh", sixth_study.BEST, "spo"))]["holm"]
+    assert sixth_study.recommendation(partial)["fresh"]["answer"] == "incomplete"
 
 
 def test_the_default_baseline_changes_only_where_the_registered_rule_says_so():
-    def summary(signs: dict) -> dict:
-        secondary = {}
-        for regime in sixth_study.REGIMES:
-            secondary[regime] = {sixth_study.comparison_name((regime, a, r)): {"diff": 0.0, "holm": {}}
-                                 for a, r in sixth_study.SECONDARY_PAIRS}
-            for (arm, reference), sign in signs.get(regime, {}).items():
-                secondary[regime][sixth_study.comparison_name((regime, arm, reference))] = (
-                    {"diff": 0.01 * sign, "holm": {"significant": True}})
-        return {"secondary": secondary}
-
     n2, n8 = ("n2-earlier-or-batch", "n2-history"), ("uniform-n8-earlier-or-batch", "uniform-n8-history")
-    assert sixth_study.default_baseline(summary({})) == "history"
-    assert sixth_study.default_baseline(summary({"sorting-revisited": {n2: 1}, "sorting-fresh": {n8: 1}})) == (
-        "earlier_or_batch")
+    fresh_n8 = ("uniform-n8-batch", "uniform-n8")  # at the fresh pool the twins' contrast stands for n8's
+    rule = sixth_study.default_baseline
+    assert rule(rule_summary({}, {})) == "history"
+    assert rule(rule_summary({}, {}, secondary_signs={"sorting-revisited": {n2: 1}, "sorting-fresh": {fresh_n8: 1}})) \
+        == "earlier_or_batch"
     # Ahead on one pool kind only: unchanged.
-    assert sixth_study.default_baseline(summary({"sorting-revisited": {n2: 1}, "brackets-revisited": {n8: 1}})) == (
-        "history")
+    assert rule(rule_summary({}, {}, secondary_signs={"sorting-revisited": {n2: 1}, "brackets-revisited": {n8: 1}})) \
+        == "history"
     # Behind anywhere: never earlier_or_batch.
-    assert sixth_study.default_baseline(summary({"sorting-revisited": {n2: 1}, "sorting-fresh": {n8: 1},
-                                                 "brackets-revisited": {n2: -1}})) == "history"
+    behind = {"sorting-revisited": {n2: 1}, "sorting-fresh": {fresh_n8: 1}, "brackets-revisited": {n2: -1}}
+    assert rule(rule_summary({}, {}, secondary_signs=behind)) == "history"
     history_behind = {"brackets-revisited": {("uniform-n8-history", "uniform-n8"): -1}}
-    assert sixth_study.default_baseline(summary(history_behind)) == "group"
+    assert rule(rule_summary({}, {}, secondary_signs=history_behind)) == "group"
+    partial = rule_summary({}, {})
+    partial["secondary"]["sorting-fresh"][sixth_study.comparison_name(("sorting-fresh", *fresh_n8))] = {"diff": 0.0}
+    assert rule(partial) == "incomplete"
+
+
+def test_the_fresh_pools_twins_run_once_and_stand_for_their_arms():
+    seeds = list(sixth_study.SEEDS)
+    jobs = sixth_study.job_order(seeds)
+    assert len(jobs) == len(set(jobs)) == 704
+    for arm, twin in sixth_study.FRESH_TWINS.items():
+        assert [seed for regime, label, seed in jobs if regime == "sorting-fresh" and label == arm] == [seeds[0]]
+        assert len([job for job in jobs if job[0] == "sorting-revisited" and job[1] == arm]) == len(seeds)
+        # Twins by construction at a first visit: what differs between the two arms is only what earlier visits set.
+        mine, theirs = factors(arm), factors(twin)
+        assert mine["rollouts_a_prompt"] == theirs["rollouts_a_prompt"] and mine["order"] == theirs["order"] == "trl"
+    assert len(sixth_study.SECONDARY["sorting-fresh"]) == 10 and len(sixth_study.SECONDARY["sorting-revisited"]) == 17
 
 
 def test_a_quick_study_counts_every_cost_and_resumes_from_its_stored_runs(tmp_path, monkeypatch):
@@ -192,7 +222,7 @@ def test_every_figure_on_the_sixth_study_page_comes_from_the_pilots_and_the_scri
         f"cap of {len(seeds)}",
         f"{sizing['largest_paired_sd'] * 100:.2f} points, needs more than {pilot.SEED_RANGE[1]} seeds",
         f"effect of {sizing['mde80_at_study_seeds'] * 100:.2f} points",
-        f"effect of {pilot.TARGET_MDE * 100:.0f} point",
+        f"effect of {pilot.TARGET_MDE * 100:.0f} point", f"above {minus(f'{-sixth_study.MARGIN * 100:.0f}')} point",
         interval(answers["gates"]["sorting-fresh"]["room"]), interval(answers["gates"]["brackets-fresh"]["room"]),
         interval(pilot_2["gates"]["brackets-20-24-fresh"]["room"]),
         *[interval(sixth_study.room_gate(regime)) for regime in sixth_study.REVISITED],
@@ -202,7 +232,7 @@ def test_every_figure_on_the_sixth_study_page_comes_from_the_pilots_and_the_scri
     assert batches * arms.ROLLOUTS / arms.FRESH_POOL == 2 and len(sixth_study.PRIMARY) == 6  # "twice", "six"
     assert answers["gates"]["sorting-fresh"]["passed"] and not answers["gates"]["brackets-fresh"]["passed"]
     assert not pilot_2["gates"]["brackets-20-24-fresh"]["passed"]
-    allowed = ("8 times the prompts", "2 rollouts a prompt", "8 rollouts", "16 rollouts", "1 000 problems",
+    allowed = ("8 times the prompts", "2 rollouts a prompt", "under 8 or 2 rollouts", "eight primaries", "8 rollouts", "16 rollouts", "1 000 problems",
                "16 to 24 brackets", "20 and 24 brackets", "on 20 seeds", "at least 1 point", "one of SPO",
                "uniform GRPO with 16", "against 8")
     assert_stated_and_nothing_else(page("docs/studies/sixth.md"), expected, allowed)

@@ -1,9 +1,10 @@
-"""Re-train stored runs of the third, fourth or fifth study with the current code and compare them with the stored ones, field
+"""Re-train stored runs of the third, fourth, fifth or sixth study with the current code and compare them with the stored ones, field
 by field.
 
     OMP_NUM_THREADS=1 python benchmarks/common/retrain_stored.py reinforce-ada-positive:40 uniform-n8:41   # the third
     OMP_NUM_THREADS=1 python benchmarks/common/retrain_stored.py sorting/uniform-n8-history:300   # the fourth study
     OMP_NUM_THREADS=1 python benchmarks/common/retrain_stored.py fifth:brackets/spo:500   # the fifth study
+    OMP_NUM_THREADS=1 python benchmarks/common/retrain_stored.py sixth:sorting-fresh/spo:610   # the sixth study
 
 A run re-trains bit for bit when every figure it records (held-out and training accuracy at every evaluation, every
 batch's logged budget figures and rewards) equals the stored one exactly (`SKIPPED` says what is not compared); then the code it executes behaves as the
@@ -30,11 +31,12 @@ from pathlib import Path
 
 BENCHMARKS = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(BENCHMARKS / "third_study"), str(BENCHMARKS / "fourth_study"),
-                str(BENCHMARKS / "fifth_study")]  # the studies' scripts
+                str(BENCHMARKS / "fifth_study"), str(BENCHMARKS / "sixth_study")]  # the studies' scripts
 
 import fifth_study  # noqa: E402
 import fourth_study  # noqa: E402
 import rounds_study  # noqa: E402
+import sixth_study  # noqa: E402
 
 # Not compared: wall time (`seconds`, and `spo_prior_seconds`, the time SPO's prior took), the one kind of figure not
 # decided by the code and the seed; `unseen_prompts`, whose meaning became one in every mode (before: on the batch's
@@ -64,7 +66,7 @@ def main(argv: list[str]) -> int:
     import argparse
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("runs", nargs="+", help="study runs: 'fifth:regime/arm:seed', 'regime/arm:seed' or 'arm:seed'")
+    parser.add_argument("runs", nargs="+", help="study runs: 'sixth:regime/arm:seed', 'fifth:regime/arm:seed', 'regime/arm:seed' or 'arm:seed'")
     parser.add_argument("--keep", type=Path, help="store the re-trained runs in this run cache (default: a temporary one)")
     parser.add_argument("--against", type=Path,
                         help="compare with the runs stored in this run cache instead of the study's committed ones")
@@ -74,10 +76,11 @@ def main(argv: list[str]) -> int:
     failed, outcomes = 0, []
     for run in args.runs:
         arm, seed = run.rsplit(":", 1)
-        # "fifth:regime/label" names a run of the fifth study, "regime/label" one of the fourth, a bare label one of
-        # the third
-        study = fifth_study if arm.startswith("fifth:") else fourth_study if "/" in arm else rounds_study
-        arm = arm.removeprefix("fifth:")
+        # "sixth:regime/label" and "fifth:regime/label" name a run of those studies, "regime/label" one of the
+        # fourth, a bare label one of the third
+        study = (sixth_study if arm.startswith("sixth:") else fifth_study if arm.startswith("fifth:")
+                 else fourth_study if "/" in arm else rounds_study)
+        arm = arm.removeprefix("fifth:").removeprefix("sixth:")
         job = (*arm.split("/"), int(seed)) if "/" in arm else (arm, int(seed))
         study_run = study.study_run
         reference = args.against or study.RESULTS / "run_cache"

@@ -52,8 +52,8 @@ EARLIER_OR_BATCH = {"advantage_baseline": "earlier_or_batch", "advantage_history
 # a prompt drawn twice.
 SPO = {"budget_allocator": "spo", "spo_rollouts_per_prompt": 1, "advantage_baseline": "spo", "prompt_sampling": "spo",
        "spo_update_rows": "last", "spo_rho": "kl", "spo_rho_clip_lower": 0.875}
-# A constant rho: the release reads `rho.value` from its configuration; the project's stated constant is 0.875 (the
-# value of the release's `rho.clip_lower`, the slowest KL-adaptive forgetting's floor).
+# A constant rho: the release reads `rho.value` from its configuration, which its trainer file does not set; 0.875 is
+# the value the project's settings name for it (`spo_rho`'s help), the same number as the release's `rho.clip_lower`.
 SPO_CONSTANT_RHO = 0.875
 
 # label -> (rollouts a prompt, BudgetGRPOConfig settings). Prompts a batch = ROLLOUTS / rollouts a prompt (SPO: the
@@ -66,6 +66,10 @@ ARMS = {
     "spo-trl-order": (8, {**SPO, "prompt_sampling_pool": ROLLOUTS}),
     "spo-constant-rho": (8, {**SPO, "spo_rho": SPO_CONSTANT_RHO}),
     "uniform-n8-earlier-or-batch": (8, {"budget_allocator": "uniform", **EARLIER_OR_BATCH}),
+    # SPO's layout (one rollout for each of 512 prompts, TRL's sampler order) with the batch baseline: the one-rollout
+    # cell without SPO's tracker. Its tracker only orders prompts, and a pool of one batch draws every candidate once,
+    # so its rho is the constant one (no forward passes for an estimate nothing reads).
+    "n1-batch": (8, {**SPO, **BATCH, "prompt_sampling_pool": ROLLOUTS, "spo_rho": SPO_CONSTANT_RHO}),
     "n2-group": (2, {"budget_allocator": "uniform", **GROUP}),
     "n2-history": (2, {"budget_allocator": "uniform", **HISTORY}),
     "n2-batch": (2, {"budget_allocator": "uniform", **BATCH}),
