@@ -65,7 +65,7 @@ def test_a_trainer_given_budget_allocator_spo_trains_spo_and_says_what_it_change
     assert len(lines) == 1 and lines[0].levelname == "WARNING"
     line = lines[0].getMessage()
     assert "(budget_allocator='spo')" in line and "drawn by SPO's weights" in line and "baseline 'spo'." in line
-    assert "1 rollout for each of the generation batch's 8 prompts;" in line
+    assert "1 rollout for each of the generation batch's 8 prompts, in one shot;" in line
     assert line.count("num_generations=4 is not read") == 1
     assert ("each generation batch trains 8 distinct prompts, 4 times GRPOTrainer's, one rollout each, so an epoch "
             "(num_train_epochs) visits every prompt about 4 times") in line
