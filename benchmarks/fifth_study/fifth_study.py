@@ -280,12 +280,13 @@ def incomplete(runs: dict, comparisons: list[tuple[str, str, str]], seeds: list[
     return [comparison_name(c) for c in comparisons if not compare_runs(runs, c, seeds).get("complete")]
 
 
-def summarize(runs: dict, seeds: list[int], skip: int) -> dict:
-    """The study's figures from its stored `runs`, keyed by (regime, arm, seed)."""
+def arm_rows(runs: dict, seeds: list[int], skip: int, regimes=REGIMES, labels=ARMS, baseline: str = BASELINE) -> dict:
+    """Per regime and arm with stored runs: the metric's mean and SD, the curve area, the mean of every cost figure
+    (`run_cost`), and the arm against `baseline` (the sixth study reads its arms alike)."""
     costs = {job: run_cost(run, skip) for job, run in runs.items()}
     arms = {}
-    for regime in REGIMES:
-        for label in ARMS:
+    for regime in regimes:
+        for label in labels:
             have = [s for s in seeds if (regime, label, s) in runs]
             if not have:
                 continue
@@ -296,8 +297,14 @@ def summarize(runs: dict, seeds: list[int], skip: int) -> dict:
                 "metric_sd": float(np.std(values, ddof=1)) if len(values) > 1 else None,
                 "curve_area_mean": float(np.mean([curve_area(runs[regime, label, s]) for s in have])),
                 **{name: float(np.mean([f[name] for f in figures])) for name in figures[0]},
-                **({} if label == BASELINE else {"vs_uniform_n8": compare_runs(runs, (regime, label, BASELINE),
+                **({} if label == baseline else {"vs_uniform_n8": compare_runs(runs, (regime, label, baseline),
                                                                                seeds)})}
+    return arms
+
+
+def summarize(runs: dict, seeds: list[int], skip: int) -> dict:
+    """The study's figures from its stored `runs`, keyed by (regime, arm, seed)."""
+    arms = arm_rows(runs, seeds, skip)
     primaries = runs_family(runs, PRIMARY, seeds, incomplete(runs, PRIMARY, seeds))
     for comparison in PRIMARY:
         name = comparison_name(comparison)

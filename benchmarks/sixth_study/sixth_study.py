@@ -138,7 +138,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parents[0] / "common"))
 sys.path.insert(0, str(HERE.parents[0] / "fifth_study"))
 from arms import ARMS, CANDIDATE_REGIMES, FRESH_POOL, REVISITED_POOL, arm_settings  # noqa: E402
-from fifth_study import curve_area, incomplete, run_cost  # noqa: E402  the fifth study's figures, read alike
+from fifth_study import arm_rows, curve_area, incomplete  # noqa: E402  the fifth study's figures, read alike
 from study_run import stored_study_run  # noqa: E402
 
 RESULTS = HERE / "results"
@@ -254,26 +254,6 @@ def interaction(runs: dict, seeds: list[int]) -> dict:
     return result
 
 
-def arm_rows(runs: dict, seeds: list[int], skip: int) -> dict:
-    costs = {job: run_cost(run, skip) for job, run in runs.items()}
-    arms = {}
-    for regime in REGIMES:
-        for label in STUDY_ARMS:
-            have = [s for s in seeds if (regime, label, s) in runs]
-            if not have:
-                continue
-            values = [study_metric(runs[regime, label, s]) for s in have]
-            figures = [costs[regime, label, s] for s in have]
-            arms.setdefault(regime, {})[label] = {
-                "seeds": len(have), "metric_mean": float(np.mean(values)),
-                "metric_sd": float(np.std(values, ddof=1)) if len(values) > 1 else None,
-                "curve_area_mean": float(np.mean([curve_area(runs[regime, label, s]) for s in have])),
-                **{name: float(np.mean([f[name] for f in figures])) for name in figures[0]},
-                **({} if label == BASELINE else {"vs_uniform_n8": compare_runs(runs, (regime, label, BASELINE),
-                                                                               seeds)})}
-    return arms
-
-
 def summarize(runs: dict, seeds: list[int], skip: int = SKIP) -> dict:
     """The study's figures from its stored `runs`, keyed by (regime, arm, seed)."""
     primaries = runs_family(runs, PRIMARY, seeds, incomplete(runs, PRIMARY, seeds))
@@ -290,7 +270,8 @@ def summarize(runs: dict, seeds: list[int], skip: int = SKIP) -> dict:
         secondaries[regime] = {comparison_name(c): with_area(runs, c, seeds, family[comparison_name(c)])
                                for c in comparisons}
     summary = {"primary": primaries, "secondary": secondaries, "interaction": interaction(runs, seeds),
-               "room_gates": {regime: room_gate(regime) for regime in REGIMES}, "arms": arm_rows(runs, seeds, skip),
+               "room_gates": {regime: room_gate(regime) for regime in REGIMES},
+               "arms": arm_rows(runs, seeds, skip, REGIMES, STUDY_ARMS, BASELINE),
                "runs_with_other_code": sorted(f"{regime} {label} {seed}: {run['machine']['code']}"
                                               for (regime, label, seed), run in runs.items()
                                               if run["machine"]["code"] != STUDY_CODE)}
