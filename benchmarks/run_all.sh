@@ -110,6 +110,9 @@ OMP_NUM_THREADS=1 python benchmarks/common/retrain_stored.py --against /tmp/stud
 OMP_NUM_THREADS=1 python benchmarks/sixth_study/pilot.py
 OMP_NUM_THREADS=1 python benchmarks/sixth_study/pilot.py --pilot 2
 OMP_NUM_THREADS=1 python benchmarks/sixth_study/sixth_study.py
+# after its last run, nothing beside them: the trainer's time a batch under every arm, and the layouts' engine time
+OMP_NUM_THREADS=1 python benchmarks/overhead/sixth_study_arms.py
+.venv-vllm/bin/python benchmarks/sixth_study/engine_time.py
 
 # The first allocation study (pool regime, 6 pre-registered variants x 5 paired seeds): two single-threaded processes,
 # one per core; then the exploratory variant added after their first results; then one summary over all the runs

@@ -236,3 +236,23 @@ def test_every_figure_on_the_sixth_study_page_comes_from_the_pilots_and_the_scri
                "16 to 24 brackets", "20 and 24 brackets", "on 20 seeds", "at least 1 point", "one of SPO",
                "uniform GRPO with 16", "against 8")
     assert_stated_and_nothing_else(page("docs/studies/sixth.md"), expected, allowed)
+
+
+def test_the_trainer_time_benchmark_times_each_batchs_stages_where_the_arm_has_them(tmp_path):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "overhead"))
+    import sixth_study_arms
+
+    batches = sixth_study_arms.WARM_UP + 2
+    spo = sixth_study_arms.run_arm("sorting-revisited", "spo", batches, tmp_path / "spo", quick=True)
+    uniform = sixth_study_arms.run_arm("sorting-revisited", "uniform-n8", batches + 1, tmp_path / "uniform",
+                                       quick=True)
+    assert (spo["batches_timed"], uniform["batches_timed"]) == (1, 2)  # the warm-up and the last batch left out
+    for figures in (spo, uniform):
+        parts = figures["part_seconds"]
+        assert min(parts.values()) >= 0 and parts["generation"] > 0 and parts["updates"] > 0
+        assert sum(parts[name] for name in ("generation", "rewards", "forward_passes", "bookkeeping", "updates")) \
+            == pytest.approx(figures["batch_seconds"])  # means: the parts add up to the batch
+    # SPO's settle runs rho's passes over prompts that came back (inside the generation stage's passes); uniform's
+    # trainer has no SPO stage, and its only pass there is TRL's old policy's
+    assert 0 < spo["part_seconds"]["spo_settle"] and "spo_settle" not in uniform["part_seconds"]
+    assert spo["part_seconds"]["forward_passes"] > uniform["part_seconds"]["forward_passes"] > 0

