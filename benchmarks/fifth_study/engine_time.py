@@ -27,6 +27,7 @@ import json
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -52,12 +53,17 @@ def rollout_lengths(rng: np.random.Generator) -> np.ndarray:
     return np.clip(np.round(np.exp(rng.normal(np.log(32), 0.8, ROLLOUTS))), 4, 160).astype(int)
 
 
-def layouts(tokenizer, prompt_tokens: int, rng: np.random.Generator) -> dict[str, list[list[int]]]:
-    """Each layout's 512 prompt entries (token ids): GRPO's 64 prompts 8 times each, SPO's 512 distinct prompts."""
+def distinct_prompts(tokenizer, prompt_tokens: int, rng: np.random.Generator) -> list[list[int]]:
+    """512 distinct prompts of `prompt_tokens` tokens (random digits, then "="), as token ids."""
     def prompt() -> list[int]:
         return tokenizer("".join(map(str, rng.integers(0, 10, prompt_tokens - 1))) + "=")["input_ids"]
 
-    distinct = [prompt() for _ in range(ROLLOUTS)]
+    return [prompt() for _ in range(ROLLOUTS)]
+
+
+def layouts(tokenizer, prompt_tokens: int, rng: np.random.Generator) -> dict[str, list[list[int]]]:
+    """Each layout's 512 prompt entries (token ids): GRPO's 64 prompts 8 times each, SPO's 512 distinct prompts."""
+    distinct = distinct_prompts(tokenizer, prompt_tokens, rng)
     return {"grpo_n8": [ids for ids in distinct[: ROLLOUTS // GROUP] for _ in range(GROUP)], "spo_n1": distinct}
 
 
@@ -106,26 +112,38 @@ def engine_report(lengths: np.ndarray, rounds: int, command: str, results: dict)
             "machine": {**cpu_record(), "vllm": vllm_version()}, "command": command, "results": results}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--output", default=str(Path(__file__).resolve().parent / "results" / "engine_time.json"))
-    args = parser.parse_args()
+def engine_arguments(description: str, output: Path) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=description.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=7, help="timed rounds after the warm-up (default: 7)")
+    parser.add_argument("--output", default=str(output), help=f"default: {output}")
+    return parser.parse_args()
+
+
+def measure(layouts_of: Callable, figures: Callable, rounds: int) -> tuple[np.ndarray, dict]:
+    """The rollouts' lengths, and at prompts of 24 and of 96 tokens the `figures` of the seconds a batch of each
+    layout `layouts_of(tokenizer, prompt_tokens, rng)` gives, over `rounds` rounds on the copy task's engine."""
     llm, tokenizer = copy_engine()
     rng = np.random.default_rng(0)
     lengths = rollout_lengths(rng)
     results = {}
     for prompt_tokens in (24, 96):
-        entries = layouts(tokenizer, prompt_tokens, rng)
-        times = timed_rounds(llm, entries, lengths, args.rounds, rng)
-        ratios = np.array(times["spo_n1"]) / np.array(times["grpo_n8"])
-        results[f"prompt_{prompt_tokens}_tokens"] = {
-            "times": times, "grpo_n8_median_s": float(np.median(times["grpo_n8"])),
+        times = timed_rounds(llm, layouts_of(tokenizer, prompt_tokens, rng), lengths, rounds, rng)
+        results[f"prompt_{prompt_tokens}_tokens"] = figures(times, prompt_tokens)
+    return lengths, results
+
+
+def spo_over_grpo(times: dict[str, list[float]], prompt_tokens: int) -> dict:
+    ratios = np.array(times["spo_n1"]) / np.array(times["grpo_n8"])
+    return {"times": times, "grpo_n8_median_s": float(np.median(times["grpo_n8"])),
             "spo_n1_median_s": float(np.median(times["spo_n1"])), "spo_over_grpo_median": float(np.median(ratios)),
             "spo_over_grpo_min": float(ratios.min()), "spo_over_grpo_max": float(ratios.max()),
             "prompt_tokens_prefilled": {"grpo_n8": (ROLLOUTS // GROUP) * prompt_tokens,
-                                        "spo_n1": ROLLOUTS * prompt_tokens},
-        }
+                                        "spo_n1": ROLLOUTS * prompt_tokens}}
+
+
+def main() -> None:
+    args = engine_arguments(__doc__, Path(__file__).resolve().parent / "results" / "engine_time.json")
+    lengths, results = measure(layouts, spo_over_grpo, args.rounds)
     Path(args.output).write_text(json.dumps(
         engine_report(lengths, args.rounds, "python benchmarks/fifth_study/engine_time.py", results), indent=2))
     for name, row in results.items():

@@ -86,7 +86,6 @@ results/fifth_study.json.
 from __future__ import annotations
 
 import json
-import os
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -94,12 +93,13 @@ from pathlib import Path
 import numpy as np
 
 from trl_budget.demo.run import run_rl
-from trl_budget.demo.run_cache import refuse_other_code, study_arguments, study_runs
 from trl_budget.demo.settings import STUDY_RATE, RLSettings
-from trl_budget.demo.study_stats import (answer_sentences, comparison_name, compare_runs, minimal_detectable_effect,
-                                         paired_comparison, room_gate as study_room_gate, runs_family, study_metric)
+from trl_budget.demo.study_stats import (comparison_name, minimal_detectable_effect,
+                                         paired_comparison, room_gate as study_room_gate, runs_family)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))  # benchmarks/common: the studies' run of an arm
+from study_figures import ARM_COLUMNS, arm_rows, arms_table, incomplete, with_area  # noqa: E402
+from study_command import StudyScript, stored_or_trained_runs, write_summary  # noqa: E402
 from study_run import stored_study_run
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -187,36 +187,6 @@ def job_order(seeds) -> list[tuple[str, str, int]]:
 # ------------------------------------------------------------------------------------------------------ the figures
 
 
-def curve_area(run: dict) -> float:
-    """The learning curve's area: the mean held-out accuracy over the trained evaluations."""
-    return float(np.mean([point["accuracy"] for point in run["curve"] if point["step"] > 0]))
-
-
-def after_first_epoch(run: dict, name: str, skip: int) -> float:
-    values = [value for value in run.get(name, [])[skip:] if value is not None]
-    return float(np.mean(values)) if values else float("nan")
-
-
-def run_cost(run: dict, skip: int) -> dict:
-    """One run's cost and mechanism figures: per generation batch after the first `skip` batches, and in all."""
-    updates = len(run["entropy"])
-    entropy = run["entropy"][skip * updates // len(run["effective_ratio"]):]
-    prior = run.get("spo_prior_rollouts", 0.0)
-    return {"generated_rollouts": after_first_epoch(run, "generated_rollouts", skip),
-            "trained_rollouts": after_first_epoch(run, "trained_rollouts", skip),
-            "trained_tokens": after_first_epoch(run, "completion_tokens", skip),
-            "generated_in_all": float(sum(run["generated_rollouts"])) + prior, "prior_rollouts": prior,
-            "prior_seconds": run.get("spo_prior_seconds", 0.0),
-            "rho_forward_rows": run.get("spo_forward_passes_rows", 0.0), "updates": updates,
-            "visits_mean": run["prompt_visits"]["mean"], "visits_p10": run["prompt_visits"]["p10"],
-            "visits_p90": run["prompt_visits"]["p90"], "never_drawn": run["prompt_visits"]["never"],
-            "nonzero_advantage_share": after_first_epoch(run, "effective_ratio", skip),
-            "prompts_with_gradient": after_first_epoch(run, "prompts_with_gradient", skip),
-            "entropy": float(np.mean(entropy)) if entropy else float("nan"),
-            "accuracy_start": run["curve"][0]["accuracy"], "accuracy_update_60": run["curve"][1]["accuracy"],
-            "seconds": run["seconds"]}
-
-
 def within_cost(run: dict, label: str, cost_limit: float, batch_ratio: float = 1.0) -> list[dict]:
     """The run's trained evaluations whose cost is at most `cost_limit`: the rollouts generated until the evaluation
     (a batch of SPO's layout weighted by `batch_ratio`), the prior's included."""
@@ -265,46 +235,13 @@ def at_equal_cost(runs: dict, regime: str, seeds: list[int]) -> dict:
     return result
 
 
-def with_area(runs: dict, comparison: tuple[str, str, str], seeds: list[int], test: dict) -> dict:
-    """The comparison's test, with the learning curve's area beside it (descriptive)."""
-    return {**test, "curve_area": compare_runs(runs, comparison, seeds, curve_area)}
-
-
 def room_gate(runs: dict, regime: str, seeds: list[int]) -> dict:
     return study_room_gate(runs, regime, seeds, ROOM, BASELINE, ROOM_GATE)
 
 
-def incomplete(runs: dict, comparisons: list[tuple[str, str, str]], seeds: list[int]) -> list[str]:
-    """The comparisons not yet paired on every seed: kept in their Holm family at p = 1 (never rejected), so that a
-    summary of a study under way, or with a failed run, corrects at the pre-registered family size."""
-    return [comparison_name(c) for c in comparisons if not compare_runs(runs, c, seeds).get("complete")]
-
-
-def arm_rows(runs: dict, seeds: list[int], skip: int, regimes=REGIMES, labels=ARMS, baseline: str = BASELINE) -> dict:
-    """Per regime and arm with stored runs: the metric's mean and SD, the curve area, the mean of every cost figure
-    (`run_cost`), and the arm against `baseline` (the sixth study reads its arms alike)."""
-    costs = {job: run_cost(run, skip) for job, run in runs.items()}
-    arms = {}
-    for regime in regimes:
-        for label in labels:
-            have = [s for s in seeds if (regime, label, s) in runs]
-            if not have:
-                continue
-            values = [study_metric(runs[regime, label, s]) for s in have]
-            figures = [costs[regime, label, s] for s in have]
-            arms.setdefault(regime, {})[label] = {
-                "seeds": len(have), "metric_mean": float(np.mean(values)),
-                "metric_sd": float(np.std(values, ddof=1)) if len(values) > 1 else None,
-                "curve_area_mean": float(np.mean([curve_area(runs[regime, label, s]) for s in have])),
-                **{name: float(np.mean([f[name] for f in figures])) for name in figures[0]},
-                **({} if label == baseline else {"vs_uniform_n8": compare_runs(runs, (regime, label, baseline),
-                                                                               seeds)})}
-    return arms
-
-
 def summarize(runs: dict, seeds: list[int], skip: int) -> dict:
     """The study's figures from its stored `runs`, keyed by (regime, arm, seed)."""
-    arms = arm_rows(runs, seeds, skip)
+    arms = arm_rows(runs, seeds, skip, REGIMES, ARMS, BASELINE)
     primaries = runs_family(runs, PRIMARY, seeds, incomplete(runs, PRIMARY, seeds))
     for comparison in PRIMARY:
         name = comparison_name(comparison)
@@ -329,21 +266,7 @@ def summarize(runs: dict, seeds: list[int], skip: int) -> dict:
 
 
 def markdown_table(summary: dict) -> str:
-    lines = []
-    for regime, arms in summary["arms"].items():
-        lines += [f"\n{regime}:", "| arm | seeds | metric | minus uniform-n8 (95% CI) | curve area | update 60 (start) "
-                  "| generated / batch | generated in all | trained tokens | visits | non-zero advantage | entropy | "
-                  "seconds |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-        for label, row in arms.items():
-            test = row.get("vs_uniform_n8", {})
-            diff = (f"{test['diff'] * 100:+.2f} [{test['ci95'][0] * 100:+.2f}, {test['ci95'][1] * 100:+.2f}]"
-                    if "diff" in test else "-")
-            lines.append(f"| {label} | {row['seeds']} | {row['metric_mean']:.4f} | {diff} | "
-                         f"{row['curve_area_mean']:.4f} | {row['accuracy_update_60']:.3f} ({row['accuracy_start']:.3f})"
-                         f" | {row['generated_rollouts']:.0f} | {row['generated_in_all']:.0f} | "
-                         f"{row['trained_tokens']:.0f} | {row['visits_mean']:.1f} | "
-                         f"{row['nonzero_advantage_share']:.3f} | {row['entropy']:.3f} | {row['seconds']:.0f} |")
-    return "\n".join(lines)
+    return arms_table(summary, list(ARM_COLUMNS))
 
 
 def preregistered(seeds: list[int]) -> dict:
@@ -357,27 +280,11 @@ def preregistered(seeds: list[int]) -> dict:
 
 
 def main(argv=None) -> dict:
-    args = study_arguments(__doc__, RESULTS, argv)
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
-    if args.quick and args.output_dir == RESULTS:
-        raise SystemExit("--quick trains smoke runs, which do not belong in the study's results: give --output-dir.")
-    if not (args.stored_only or args.quick):
-        refuse_other_code("fifth study", STUDY_CODE, "benchmarks/fifth_study/fifth_study.py",
-                          "fifth:regime/arm:seed")
-    seeds = list(SEEDS)[:2] if args.quick else list(SEEDS)
-    runs = {job: run["result"] for job, run in study_runs(job_order(seeds), study_run, args).items()}
+    study = StudyScript("fifth", __doc__, RESULTS, STUDY_CODE, SEEDS, job_order, study_run, preregistered,
+                        markdown_table)
+    args, seeds, runs = stored_or_trained_runs(study, argv)
     summary = summarize(runs, seeds, 1 if args.quick else FIRST_EPOCH)
-    summary["preregistered"] = preregistered(seeds)
-    summary["answer"] = answer_sentences(summary["primary"])
-    summary["runs"] = len(runs)
-    summary["machines"] = [json.loads(entry) for entry in sorted({json.dumps(run["machine"], sort_keys=True)
-                                                                  for run in runs.values()})]
-    summary["command"] = ("OMP_NUM_THREADS=1 python benchmarks/fifth_study/fifth_study.py"
-                          + (" --quick" if args.quick else ""))
-    args.output_dir.mkdir(parents=True, exist_ok=True)
-    (args.output_dir / "fifth_study.json").write_text(json.dumps(summary, indent=2) + "\n")
-    print(markdown_table(summary))
-    print("\n".join(summary["answer"]))
+    write_summary(study, args, seeds, runs, summary)
     return summary
 
 

@@ -21,7 +21,6 @@ Writes benchmarks/sixth_study/results/engine_time.json with the machine (CPU mod
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -31,7 +30,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "fifth_study"))
 
-from engine_time import ROLLOUTS, copy_engine, engine_report, rollout_lengths, timed_rounds  # noqa: E402
+from engine_time import ROLLOUTS, distinct_prompts, engine_arguments, engine_report, measure  # noqa: E402
 
 LAYOUTS = {"n8": 8, "n2": 2, "n1": 1}  # name -> rollouts a prompt (512 rollouts: 64, 256, 512 prompts)
 REFERENCE = "n8"
@@ -40,10 +39,7 @@ REFERENCE = "n8"
 def layouts(tokenizer, prompt_tokens: int, rng: np.random.Generator) -> dict[str, list[list[int]]]:
     """Each layout's 512 prompt entries (token ids): its prompts, each sent once a rollout. The layouts draw their
     prompts from one list of 512, so the fewer prompts of one are the first of another's."""
-    def prompt() -> list[int]:
-        return tokenizer("".join(map(str, rng.integers(0, 10, prompt_tokens - 1))) + "=")["input_ids"]
-
-    distinct = [prompt() for _ in range(ROLLOUTS)]
+    distinct = distinct_prompts(tokenizer, prompt_tokens, rng)
     return {name: [ids for ids in distinct[: ROLLOUTS // per_prompt] for _ in range(per_prompt)]
             for name, per_prompt in LAYOUTS.items()}
 
@@ -62,17 +58,8 @@ def layout_figures(times: dict[str, list[float]], prompt_tokens: int) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--output", default=str(HERE / "results" / "engine_time.json"))
-    args = parser.parse_args()
-    llm, tokenizer = copy_engine()
-    rng = np.random.default_rng(0)
-    lengths = rollout_lengths(rng)
-    results = {}
-    for prompt_tokens in (24, 96):
-        times = timed_rounds(llm, layouts(tokenizer, prompt_tokens, rng), lengths, args.rounds, rng)
-        results[f"prompt_{prompt_tokens}_tokens"] = layout_figures(times, prompt_tokens)
+    args = engine_arguments(__doc__, HERE / "results" / "engine_time.json")
+    lengths, results = measure(layouts, layout_figures, args.rounds)
     command = " ".join(["python benchmarks/sixth_study/engine_time.py", *sys.argv[1:]])
     Path(args.output).write_text(json.dumps(engine_report(lengths, args.rounds, command, results), indent=2) + "\n")
     for name, row in results.items():

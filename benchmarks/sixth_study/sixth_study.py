@@ -122,23 +122,21 @@ every stored run trained by another. Writes results/sixth_study.json.
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
 import numpy as np
 
 from trl_budget.demo.run import run_rl
-from trl_budget.demo.run_cache import refuse_other_code, study_arguments, study_runs
-from trl_budget.demo.study_stats import (answer_sentences, comparison_name, compare_runs, minimal_detectable_effect,
+from trl_budget.demo.study_stats import (comparison_name, minimal_detectable_effect,
                                          paired_interval, runs_family, study_metric)
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parents[0] / "common"))
-sys.path.insert(0, str(HERE.parents[0] / "fifth_study"))
 from arms import ARMS, CANDIDATE_REGIMES, FRESH_POOL, REVISITED_POOL, arm_settings  # noqa: E402
-from fifth_study import arm_rows, curve_area, incomplete  # noqa: E402  the fifth study's figures, read alike
+from study_figures import arm_rows, arms_table, incomplete, with_area  # noqa: E402  read as the fifth study's
+from study_command import StudyScript, stored_or_trained_runs, write_summary  # noqa: E402
 from study_run import stored_study_run  # noqa: E402
 
 RESULTS = HERE / "results"
@@ -230,10 +228,6 @@ def job_order(seeds) -> list[tuple[str, str, int]]:
 
 
 # ------------------------------------------------------------------------------------------------------ the figures
-
-
-def with_area(runs: dict, comparison: tuple[str, str, str], seeds: list[int], test: dict) -> dict:
-    return {**test, "curve_area": compare_runs(runs, comparison, seeds, curve_area)}
 
 
 def interaction(runs: dict, seeds: list[int]) -> dict:
@@ -375,18 +369,8 @@ def fresh_twins_check(runs: dict, seeds: list[int]) -> dict:
 
 
 def markdown_table(summary: dict) -> str:
-    lines = []
-    for regime, arms in summary["arms"].items():
-        lines += [f"\n{regime}:", "| arm | seeds | metric | minus uniform-n8 (95% CI) | curve area | trained tokens "
-                  "| visits | non-zero advantage | entropy | seconds |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-        for label, row in arms.items():
-            test = row.get("vs_uniform_n8", {})
-            diff = (f"{test['diff'] * 100:+.2f} [{test['ci95'][0] * 100:+.2f}, {test['ci95'][1] * 100:+.2f}]"
-                    if "diff" in test else "-")
-            lines.append(f"| {label} | {row['seeds']} | {row['metric_mean']:.4f} | {diff} | "
-                         f"{row['curve_area_mean']:.4f} | {row['trained_tokens']:.0f} | {row['visits_mean']:.1f} | "
-                         f"{row['nonzero_advantage_share']:.3f} | {row['entropy']:.3f} | {row['seconds']:.0f} |")
-    return "\n".join(lines)
+    return arms_table(summary, ["seeds", "metric", "minus uniform-n8 (95% CI)", "curve area", "trained tokens",
+                                 "visits", "non-zero advantage", "entropy", "seconds"])
 
 
 def preregistered(seeds: list[int]) -> dict:
@@ -399,26 +383,11 @@ def preregistered(seeds: list[int]) -> dict:
 
 
 def main(argv=None) -> dict:
-    args = study_arguments(__doc__, RESULTS, argv)
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
-    if args.quick and args.output_dir == RESULTS:
-        raise SystemExit("--quick trains smoke runs, which do not belong in the study's results: give --output-dir.")
-    if not (args.stored_only or args.quick):
-        refuse_other_code("sixth study", STUDY_CODE, "benchmarks/sixth_study/sixth_study.py", "sixth:regime/arm:seed")
-    seeds = list(SEEDS)[:2] if args.quick else list(SEEDS)
-    runs = {job: run["result"] for job, run in study_runs(job_order(seeds), study_run, args).items()}
+    study = StudyScript("sixth", __doc__, RESULTS, STUDY_CODE, SEEDS, job_order, study_run, preregistered,
+                        markdown_table)
+    args, seeds, runs = stored_or_trained_runs(study, argv)
     summary = summarize(runs, seeds, 1 if args.quick else SKIP)  # a quick run has two batches
-    summary["preregistered"] = preregistered(seeds)
-    summary["answer"] = answer_sentences(summary["primary"])
-    summary["runs"], summary["runs_registered"] = len(runs), len(job_order(seeds))
-    summary["machines"] = [json.loads(entry) for entry in sorted({json.dumps(run["machine"], sort_keys=True)
-                                                                  for run in runs.values()})]
-    summary["command"] = ("OMP_NUM_THREADS=1 python benchmarks/sixth_study/sixth_study.py"
-                          + (" --quick" if args.quick else ""))
-    args.output_dir.mkdir(parents=True, exist_ok=True)
-    (args.output_dir / "sixth_study.json").write_text(json.dumps(summary, indent=2) + "\n")
-    print(markdown_table(summary))
-    print("\n".join(summary["answer"]))
+    write_summary(study, args, seeds, runs, summary, runs_registered=len(job_order(seeds)))
     print(f"stored runs: {summary['runs']} of the {summary['runs_registered']} registered")
     print(json.dumps({"recommendation": summary["recommendation"], "default_baseline": summary["default_baseline"]},
                      indent=1))
