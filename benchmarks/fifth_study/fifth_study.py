@@ -97,9 +97,9 @@ from trl_budget.demo.settings import STUDY_RATE, RLSettings
 from trl_budget.demo.study_stats import (comparison_name, minimal_detectable_effect,
                                          paired_comparison, room_gate as study_room_gate, runs_family)
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))  # benchmarks/common: the studies' run of an arm
-from study_figures import ARM_COLUMNS, arm_rows, arms_table, incomplete, with_area  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))  # benchmarks/common: what the studies share
 from study_command import StudyScript, stored_or_trained_runs, write_summary  # noqa: E402
+from study_figures import ARM_COLUMNS, arm_rows, arms_table, incomplete, with_area  # noqa: E402
 from study_run import stored_study_run
 
 RESULTS = Path(__file__).resolve().parent / "results"

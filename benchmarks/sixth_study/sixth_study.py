@@ -135,8 +135,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parents[0] / "common"))
 from arms import ARMS, CANDIDATE_REGIMES, FRESH_POOL, REVISITED_POOL, arm_settings  # noqa: E402
-from study_figures import arm_rows, arms_table, incomplete, with_area  # noqa: E402  read as the fifth study's
 from study_command import StudyScript, stored_or_trained_runs, write_summary  # noqa: E402
+from study_figures import arm_rows, arms_table, incomplete, with_area  # noqa: E402  read as the fifth study's
 from study_run import stored_study_run  # noqa: E402
 
 RESULTS = HERE / "results"
