@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from trl_budget.demo.report import comparison_cells
 from trl_budget.demo.study_stats import comparison_name, compare_runs, study_metric
 
 
@@ -72,17 +73,11 @@ def arm_rows(runs: dict, seeds: list[int], skip: int, regimes, labels, baseline:
     return arms
 
 
-def versus_uniform(row: dict) -> str:
-    test = row.get("vs_uniform_n8", {})
-    return (f"{test['diff'] * 100:+.2f} [{test['ci95'][0] * 100:+.2f}, {test['ci95'][1] * 100:+.2f}]"
-            if "diff" in test else "-")
-
-
 # The columns a study's table of arms can show (`arms_table`): header -> the cell of an arm's row (`arm_rows`).
 ARM_COLUMNS = {
     "seeds": lambda row: f"{row['seeds']}",
     "metric": lambda row: f"{row['metric_mean']:.4f}",
-    "minus uniform-n8 (95% CI)": versus_uniform,
+    "minus uniform-n8 (95% CI)": lambda row: comparison_cells(row.get("vs_uniform_n8", {}))["diff"],
     "curve area": lambda row: f"{row['curve_area_mean']:.4f}",
     "update 60 (start)": lambda row: f"{row['accuracy_update_60']:.3f} ({row['accuracy_start']:.3f})",
     "generated / batch": lambda row: f"{row['generated_rollouts']:.0f}",
