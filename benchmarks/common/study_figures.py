@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from trl_budget.demo.report import comparison_cells
-from trl_budget.demo.study_stats import comparison_name, compare_runs, study_metric
+from trl_budget.demo.study_stats import comparison_name, compare_runs, runs_family, study_metric
 
 
 def curve_area(run: dict) -> float:
@@ -49,6 +49,31 @@ def incomplete(runs: dict, comparisons: list[tuple[str, str, str]], seeds: list[
     """The comparisons not yet paired on every seed: kept in their Holm family at p = 1 (never rejected), so that a
     summary of a study under way, or with a failed run, corrects at the pre-registered family size."""
     return [comparison_name(c) for c in comparisons if not compare_runs(runs, c, seeds).get("complete")]
+
+
+def tested_primaries(runs: dict, primary: list, seeds: list[int], mde80, room_gate) -> dict:
+    """The primary family's Holm-corrected tests, each with its curve area, its registered and observed MDE
+    (`mde80(comparison[, paired_sd])`) and its regime's room gate (`room_gate(regime)`)."""
+    family = runs_family(runs, primary, seeds, incomplete(runs, primary, seeds))
+    for comparison in primary:
+        name = comparison_name(comparison)
+        test = with_area(runs, comparison, seeds, family[name])
+        test["mde80"] = mde80(comparison)
+        test["mde80_observed"] = mde80(comparison, test["paired_sd"]) if "paired_sd" in test else None
+        test["room_gate"] = room_gate(comparison[0])
+        family[name] = test
+    return family
+
+
+def tested_secondaries(runs: dict, secondary: dict, seeds: list[int]) -> dict:
+    """Each regime's secondary family (`secondary`: regime -> comparisons), Holm-corrected within the regime, each
+    test with its curve area."""
+    tested = {}
+    for regime, comparisons in secondary.items():
+        family = runs_family(runs, comparisons, seeds, incomplete(runs, comparisons, seeds))
+        tested[regime] = {comparison_name(c): with_area(runs, c, seeds, family[comparison_name(c)])
+                          for c in comparisons}
+    return tested
 
 
 def arm_rows(runs: dict, seeds: list[int], skip: int, regimes, labels, baseline: str) -> dict:

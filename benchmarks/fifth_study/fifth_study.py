@@ -95,11 +95,11 @@ import numpy as np
 from trl_budget.demo.run import run_rl
 from trl_budget.demo.settings import STUDY_RATE, RLSettings
 from trl_budget.demo.study_stats import (comparison_name, minimal_detectable_effect,
-                                         paired_comparison, room_gate as study_room_gate, runs_family)
+                                         paired_comparison, room_gate as study_room_gate)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))  # benchmarks/common: what the studies share
 from study_command import StudyScript, stored_or_trained_runs, write_summary  # noqa: E402
-from study_figures import ARM_COLUMNS, arm_rows, arms_table, incomplete, with_area  # noqa: E402
+from study_figures import ARM_COLUMNS, arm_rows, arms_table, tested_primaries, tested_secondaries  # noqa: E402
 from study_run import stored_study_run
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -242,20 +242,8 @@ def room_gate(runs: dict, regime: str, seeds: list[int]) -> dict:
 def summarize(runs: dict, seeds: list[int], skip: int) -> dict:
     """The study's figures from its stored `runs`, keyed by (regime, arm, seed)."""
     arms = arm_rows(runs, seeds, skip, REGIMES, ARMS, BASELINE)
-    primaries = runs_family(runs, PRIMARY, seeds, incomplete(runs, PRIMARY, seeds))
-    for comparison in PRIMARY:
-        name = comparison_name(comparison)
-        test = with_area(runs, comparison, seeds, primaries[name])
-        test["mde80"] = mde80(comparison)
-        test["mde80_observed"] = mde80(comparison, test["paired_sd"]) if "paired_sd" in test else None
-        test["room_gate"] = room_gate(runs, comparison[0], seeds)
-        primaries[name] = test
-    secondaries = {}
-    for regime, comparisons in SECONDARY.items():
-        family = runs_family(runs, comparisons, seeds, incomplete(runs, comparisons, seeds))
-        secondaries[regime] = {comparison_name(c): with_area(runs, c, seeds, family[comparison_name(c)])
-                               for c in comparisons}
-    return {"primary": primaries, "secondary": secondaries,
+    primaries = tested_primaries(runs, PRIMARY, seeds, mde80, lambda regime: room_gate(runs, regime, seeds))
+    return {"primary": primaries, "secondary": tested_secondaries(runs, SECONDARY, seeds),
             "room_gates": {regime: room_gate(runs, regime, seeds) for regime in REGIMES},
             "at_equal_cost": {regime: at_equal_cost(runs, regime, seeds) for regime in REGIMES},
             "engine_time_ratios_measured": engine_ratios(), "arms": arms,

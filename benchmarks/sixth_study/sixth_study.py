@@ -129,14 +129,14 @@ import numpy as np
 
 from trl_budget.demo.run import run_rl
 from trl_budget.demo.study_stats import (comparison_name, minimal_detectable_effect,
-                                         paired_interval, runs_family, study_metric)
+                                         paired_interval, study_metric)
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parents[0] / "common"))
 from arms import ARMS, CANDIDATE_REGIMES, FRESH_POOL, REVISITED_POOL, arm_settings  # noqa: E402
 from study_command import StudyScript, stored_or_trained_runs, write_summary  # noqa: E402
-from study_figures import arm_rows, arms_table, incomplete, with_area  # noqa: E402  read as the fifth study's
+from study_figures import arm_rows, arms_table, tested_primaries, tested_secondaries  # noqa: E402
 from study_run import stored_study_run  # noqa: E402
 
 RESULTS = HERE / "results"
@@ -250,20 +250,8 @@ def interaction(runs: dict, seeds: list[int]) -> dict:
 
 def summarize(runs: dict, seeds: list[int], skip: int = SKIP) -> dict:
     """The study's figures from its stored `runs`, keyed by (regime, arm, seed)."""
-    primaries = runs_family(runs, PRIMARY, seeds, incomplete(runs, PRIMARY, seeds))
-    for comparison in PRIMARY:
-        name = comparison_name(comparison)
-        test = with_area(runs, comparison, seeds, primaries[name])
-        test["mde80"] = mde80(comparison)
-        test["mde80_observed"] = mde80(comparison, test["paired_sd"]) if "paired_sd" in test else None
-        test["room_gate"] = room_gate(comparison[0])
-        primaries[name] = test
-    secondaries = {}
-    for regime, comparisons in SECONDARY.items():
-        family = runs_family(runs, comparisons, seeds, incomplete(runs, comparisons, seeds))
-        secondaries[regime] = {comparison_name(c): with_area(runs, c, seeds, family[comparison_name(c)])
-                               for c in comparisons}
-    summary = {"primary": primaries, "secondary": secondaries, "interaction": interaction(runs, seeds),
+    summary = {"primary": tested_primaries(runs, PRIMARY, seeds, mde80, room_gate),
+               "secondary": tested_secondaries(runs, SECONDARY, seeds), "interaction": interaction(runs, seeds),
                "room_gates": {regime: room_gate(regime) for regime in REGIMES},
                "arms": arm_rows(runs, seeds, skip, REGIMES, STUDY_ARMS, BASELINE),
                "runs_with_other_code": sorted(f"{regime} {label} {seed}: {run['machine']['code']}"
