@@ -51,16 +51,16 @@ def incomplete(runs: dict, comparisons: list[tuple[str, str, str]], seeds: list[
     return [comparison_name(c) for c in comparisons if not compare_runs(runs, c, seeds).get("complete")]
 
 
-def tested_primaries(runs: dict, primary: list, seeds: list[int], mde80, room_gate) -> dict:
+def tested_primaries(runs: dict, primary: list, seeds: list[int], mde80, room_gates: dict) -> dict:
     """The primary family's Holm-corrected tests, each with its curve area, its registered and observed MDE
-    (`mde80(comparison[, paired_sd])`) and its regime's room gate (`room_gate(regime)`)."""
+    (`mde80(comparison[, paired_sd])`) and its regime's room gate (`room_gates[regime]`)."""
     family = runs_family(runs, primary, seeds, incomplete(runs, primary, seeds))
     for comparison in primary:
         name = comparison_name(comparison)
         test = with_area(runs, comparison, seeds, family[name])
         test["mde80"] = mde80(comparison)
         test["mde80_observed"] = mde80(comparison, test["paired_sd"]) if "paired_sd" in test else None
-        test["room_gate"] = room_gate(comparison[0])
+        test["room_gate"] = room_gates[comparison[0]]
         family[name] = test
     return family
 

@@ -242,9 +242,9 @@ def room_gate(runs: dict, regime: str, seeds: list[int]) -> dict:
 def summarize(runs: dict, seeds: list[int], skip: int) -> dict:
     """The study's figures from its stored `runs`, keyed by (regime, arm, seed)."""
     arms = arm_rows(runs, seeds, skip, REGIMES, ARMS, BASELINE)
-    primaries = tested_primaries(runs, PRIMARY, seeds, mde80, lambda regime: room_gate(runs, regime, seeds))
-    return {"primary": primaries, "secondary": tested_secondaries(runs, SECONDARY, seeds),
-            "room_gates": {regime: room_gate(runs, regime, seeds) for regime in REGIMES},
+    room_gates = {regime: room_gate(runs, regime, seeds) for regime in REGIMES}
+    return {"primary": tested_primaries(runs, PRIMARY, seeds, mde80, room_gates),
+            "secondary": tested_secondaries(runs, SECONDARY, seeds), "room_gates": room_gates,
             "at_equal_cost": {regime: at_equal_cost(runs, regime, seeds) for regime in REGIMES},
             "engine_time_ratios_measured": engine_ratios(), "arms": arms,
             # the code freeze, checked on every stored run: runs trained by other package code than STUDY_CODE

@@ -250,9 +250,10 @@ def interaction(runs: dict, seeds: list[int]) -> dict:
 
 def summarize(runs: dict, seeds: list[int], skip: int = SKIP) -> dict:
     """The study's figures from its stored `runs`, keyed by (regime, arm, seed)."""
-    summary = {"primary": tested_primaries(runs, PRIMARY, seeds, mde80, room_gate),
+    room_gates = {regime: room_gate(regime) for regime in REGIMES}
+    summary = {"primary": tested_primaries(runs, PRIMARY, seeds, mde80, room_gates),
                "secondary": tested_secondaries(runs, SECONDARY, seeds), "interaction": interaction(runs, seeds),
-               "room_gates": {regime: room_gate(regime) for regime in REGIMES},
+               "room_gates": room_gates,
                "arms": arm_rows(runs, seeds, skip, REGIMES, STUDY_ARMS, BASELINE),
                "runs_with_other_code": sorted(f"{regime} {label} {seed}: {run['machine']['code']}"
                                               for (regime, label, seed), run in runs.items()
