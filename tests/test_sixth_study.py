@@ -256,3 +256,12 @@ def test_the_trainer_time_benchmark_times_each_batchs_stages_where_the_arm_has_t
     # trainer has no SPO stage, and its only pass there is TRL's old policy's
     assert 0 < spo["part_seconds"]["spo_settle"] and "spo_settle" not in uniform["part_seconds"]
     assert spo["part_seconds"]["forward_passes"] > uniform["part_seconds"]["forward_passes"] > 0
+
+
+def test_the_page_says_every_run_is_stored_only_when_the_summary_holds_them_all_from_the_studys_code():
+    summary = json.loads((sixth_study.RESULTS / "sixth_study.json").read_text())
+    page = (Path(__file__).resolve().parents[1] / "docs" / "studies" / "sixth.md").read_text()
+    assert "every registered run is stored,\ntrained by the study's code" in page
+    assert summary["runs"] == summary["runs_registered"] == len(sixth_study.job_order(list(sixth_study.SEEDS)))
+    assert summary["runs_with_other_code"] == []
+    assert {machine["code"] for machine in summary["machines"]} == {sixth_study.STUDY_CODE}
