@@ -36,6 +36,8 @@ THIRD = read("third_study/results/rounds_study.json")
 FOURTH = read("fourth_study/results/fourth_study.json")
 FIFTH = read("fifth_study/results/fifth_study.json")
 POST_HOC = read("fifth_study/results/post_hoc.json")["comparisons"]
+SIXTH = read("sixth_study/results/sixth_study.json")
+SIXTH_REGIMES = ("sorting-revisited", "brackets-revisited", "sorting-fresh")
 SPO_ENGINE = read("fifth_study/results/engine_time.json")["results"]
 FAMILIES = ("arithmetic", "sorting", "brackets")
 ENGINE = {name: read(f"engine_cost/results/{name}.json")["modes"]["colocate"]["arms"]
@@ -52,6 +54,55 @@ def fifth(name: str) -> dict:
     """A comparison of the fifth study by its name: a primary or a secondary."""
     tests = {**FIFTH["primary"], **{n: t for family in FIFTH["secondary"].values() for n, t in family.items()}}
     return tests[name]
+
+
+def sixth(name: str) -> dict:
+    """A comparison of the sixth study by its name: a primary or a secondary."""
+    tests = {**SIXTH["primary"], **{n: t for family in SIXTH["secondary"].values() for n, t in family.items()}}
+    return tests[name]
+
+
+def in_each_sixth_regime(comparison: str) -> list[dict]:
+    """`comparison` of the sixth study in sorting and brackets at the revisited pool, and sorting at the fresh one."""
+    return [sixth(f"{regime}: {comparison}") for regime in SIXTH_REGIMES]
+
+
+def sixth_cells(comparison: str, primary: bool = False) -> list[str]:
+    """The sixth study's `comparison` as the decision tables state it: sorting with its fresh pool, then brackets."""
+    tag = "(sixth, primary)" if primary else "(sixth)"
+    sorting, brackets, fresh = in_each_sixth_regime(comparison)
+    return [f"{shown(sorting)} {tag}; fresh pool: {shown(fresh)} {tag}", f"{shown(brackets)} {tag}"]
+
+
+SIXTH_ENGINE = read("sixth_study/results/engine_time.json")["results"]
+
+
+def sixth_engine(layout: str, prompt_tokens: int = 24) -> str:
+    """A layout's batch ('n2': 256 prompts x 2) against uniform GRPO's (64 x 8) on the real engine: the median ratio."""
+    return f"{SIXTH_ENGINE[f'prompt_{prompt_tokens}_tokens'][f'{layout}_over_n8']['median']:.2f}×"
+
+
+SIXTH_TRAINER = read("overhead/results/sixth_study_arms.json")["arms"]["sorting-revisited"]
+
+
+def trainer_time_against_uniform(label: str) -> str:
+    """An arm's trainer time a batch against uniform GRPO's in the sixth study's sorting, with its allocation's part."""
+    row = SIXTH_TRAINER[label]
+    return (f"trainer time {row['ratio_to_uniform_n8']:.2f}× uniform's measured (sorting; its allocation "
+            f"{row['part_ms']['allocation']:.0f} ms a batch)")
+
+
+def trainer_time_against_spo(label: str) -> str:
+    """A variant of SPO's trainer time a batch against uniform GRPO's, beside SPO's own, in the sixth study's sorting."""
+    return (f"no forward passes for ρ: trainer time {SIXTH_TRAINER[label]['ratio_to_uniform_n8']:.2f}× uniform's "
+            f"measured, SPO's {SIXTH_TRAINER['spo']['ratio_to_uniform_n8']:.2f}× (sorting)")
+
+
+def sixth_layout() -> list[str]:
+    """'4 times the prompts, 2 rollouts each' and 'groups of 2': the candidate's layout against uniform's."""
+    arms = SIXTH["preregistered"]["arms"]
+    pair, group = arms[SIXTH["preregistered"]["best"]]["rollouts_a_prompt"], arms["uniform-n8"]["rollouts_a_prompt"]
+    return [f"{group // pair} times the prompts, {pair} rollouts each", f"groups of {pair}"]
 
 
 def in_each_family(comparison: str, tests=fifth) -> list[dict]:
@@ -253,6 +304,7 @@ def decision_rows() -> dict[str, list[str]]:
     return {
         "SPO without a prior, by name": [
             *[f"{shown(test)} (fifth)" for test in in_each_family("spo-no-prior - uniform-n8")],
+            *sixth_cells("spo - uniform-n8"),
             f"engine time {spo_engine(24)} measured (24-token prompts; {spo_engine(96)} at 96)",
             "by {}, {} and {} (post hoc)".format(
                 *[points(test["diff"]) for test in in_each_family("spo-no-prior - uniform-n8-history", post_hoc)])],
@@ -277,7 +329,18 @@ def decision_rows() -> dict[str, list[str]]:
             f"{shown(history_fifth[0])} (fifth)",
             f"{shown(fourth('sorting: uniform-n8-history - uniform-n8'))} (fourth, primary); "
             f"{shown(history_fifth[1])} (fifth)",
-            f"{shown(history_fifth[2])} (fifth)"],
+            f"{shown(history_fifth[2])} (fifth)",
+            *[f"{shown(sixth(f'{regime}: uniform-n8-history - uniform-n8'))} (sixth)" for regime in SIXTH_REGIMES[:2]]],
+        "the sixth study's candidate": [*sixth_cells(f"{SIXTH['preregistered']['best']} - uniform-n8", primary=True),
+                                        sixth_layout()[0], f"engine time {sixth_engine('n2')} measured",
+                                        sixth_layout()[1]],
+        "the candidate against SPO without a prior": sixth_cells(f"{SIXTH['preregistered']['best']} - spo",
+                                                                 primary=True),
+        "SPO's prompt order against TRL's": sixth_cells("spo - spo-trl-order"),
+        "SPO with a constant ρ": [
+            f"ρ of {SIXTH['preregistered']['arms']['spo-constant-rho']['settings']['spo_rho']}",
+            *sixth_cells("spo-constant-rho - spo"), trainer_time_against_spo("spo-constant-rho")],
+        "VIP as released": [*sixth_cells("vip - uniform-n8"), trainer_time_against_uniform("vip")],
         "history baseline on Knapsack RL's allocation": [
             f"{shown(fourth('arithmetic: knapsack-history - knapsack'))} (fourth; Holm p "
             f"{holm_p(fourth('arithmetic: knapsack-history - knapsack'))})",
@@ -377,6 +440,47 @@ def decision_prose() -> list[str]:
     ]
 
 
+def sixth_decision_prose() -> list[str]:
+    """The sixth study's figures in the decision page's prose: its recommendation and what names SPO's cause."""
+    best, registered = SIXTH["preregistered"]["best"], SIXTH["preregistered"]
+    revisited, pool = SIXTH["arms"]["sorting-revisited"], registered["regimes"]
+    pair, group = (registered["arms"][arm]["rollouts_a_prompt"] for arm in (best, "uniform-n8"))
+    rollouts = revisited["uniform-n8"]["generated_in_all"]
+    history = [sixth(f"{regime}: uniform-n8-history - uniform-n8") for regime in SIXTH_REGIMES[:2]]
+    assert history[1]["holm"]["significant"] and not history[0]["holm"]["significant"]  # "in brackets only"
+    default_rule = [sixth(f"{regime}: uniform-n8-earlier-or-batch - uniform-n8-history") for regime in SIXTH_REGIMES[:2]]
+    default_rule += [sixth(f"{regime}: n2-earlier-or-batch - n2-history") for regime in SIXTH_REGIMES[:2]]
+    default_rule += [sixth("sorting-fresh: uniform-n8-batch - uniform-n8"), sixth("sorting-fresh: n2-earlier-or-batch - n2-group")]
+    assert [test["holm"]["significant"] for test in default_rule] == [True] + [False] * 5  # "in one regime"
+    assert SIXTH["default_baseline"] == "history"
+    assert not any(test["holm"]["significant"] for test in in_each_sixth_regime("spo - spo-trl-order"))
+
+    def listed(comparison: str, regimes=SIXTH_REGIMES) -> list[str]:
+        return [points(sixth(f"{regime}: {comparison}")["diff"]) for regime in regimes]
+
+    return [
+        *sixth_layout(),
+        f"drawn about {revisited[best]['visits_mean']:.0f} times a run",
+        f"SPO was ahead of it by {-sixth(f'sorting-fresh: {best} - spo')['diff'] * 100:.2f} points",
+        f"a fresh pool of {pool['sorting-fresh'][3]:,} sorting prompts, each drawn about twice a run, SPO gained "
+        f"{shown(sixth('sorting-fresh: spo - uniform-n8'))}".replace(",", " ", 1),
+        "the batch's mean gained {}, {} and {} points".format(*listed("spo-trl-order - n1-batch")),
+        "the history against GRPO's group gained {} and {}".format(*listed("n2-history - n2-group", SIXTH_REGIMES[:2])),
+        f"groups of {pair} against {group}, both with the history, gained {{}} and {{}}".format(
+            *listed("n2-history - uniform-n8-history", SIXTH_REGIMES[:2])),
+        "added nothing detected ({}, {}, {})".format(*listed("spo - spo-trl-order")),
+        f"{shown(history[1])} in brackets and {shown(history[0])} in sorting, not significant after Holm",
+        f"v = {rollouts / (2 * pool['sorting-revisited'][3]):.2f} ({thousands(rollouts)} rollouts, "
+        f"{thousands(pool['sorting-revisited'][3])} prompts); in its fresh pool v = "
+        f"{rollouts / (2 * pool['sorting-fresh'][3]):.0f}",
+        f"One epoch at `num_generations={group}` gives v = {group // pair}",
+        "groups of 8 ({}, {}, {})".format(*listed("uniform-n8-batch - uniform-n8")),
+        f"only in brackets ({listed('n2-batch - n2-group', SIXTH_REGIMES[1:2])[0]})",
+        f"in sorting ({listed('uniform-n8-earlier-or-batch - uniform-n8-history', SIXTH_REGIMES[:1])[0]})",
+        "in\none regime of the three".replace("\n", " "),
+    ]
+
+
 def test_the_decision_page_states_each_rules_figures_as_recorded_in_its_row():
     rows = table_rows((ROOT / "docs" / "choosing.md").read_text())
     for start, figures in decision_rows().items():
@@ -388,7 +492,7 @@ def test_every_figure_on_the_decision_page_comes_from_a_stored_result():
     # The non-results it states: the releases' model sizes, and item 2's arithmetic of a ceiling and item 4's threshold.
     allowed = ("95%", "1.5–8B", "With z below 0.2 the ceiling is 1.25×", "by more than 0.8 point", "DAPO-Math-17k",
                "1/(1 − z)", "(1 − z)", "(item 3)", "(item 6)", "(item 8)", "(100 to 500 tokens on average", "of about 2 points",
-               *[f"{item}. **" for item in range(1, 9)], *study_settings())
+               "(item 9 says how to tell)", "(item 9)", "10 or more", "1 or less", *[f"{item}. **" for item in range(1, 10)], *study_settings())
     text = " ".join((ROOT / "docs" / "choosing.md").read_text().split())
     gains, family, spo_gain = spo_baseline_in_groups()
     fifth_prose = [
@@ -404,7 +508,8 @@ def test_every_figure_on_the_decision_page_comes_from_a_stored_result():
                                                            in_each_family("spo - spo-baseline-n8")}),
         f"(while costing {FIFTH['arms']['arithmetic']['spo']['prior_rollouts']:,.0f} rollouts)".replace(",", " "),
     ]
-    expected = [figure for figures in decision_rows().values() for figure in figures] + decision_prose() + fifth_prose
+    expected = ([figure for figures in decision_rows().values() for figure in figures] + decision_prose() + fifth_prose
+                + sixth_decision_prose())
     assert_stated_and_nothing_else(text, expected, allowed)
 
 
@@ -415,6 +520,12 @@ def readme_results() -> str:
     return readme[readme.index("What it buys so far"):readme.index("## Try it")]
 
 
+def readme_sixth_cells(comparison: str) -> list[str]:
+    """The sixth study's `comparison` as the README's table states it: sorting with its fresh pool, then brackets."""
+    sorting, brackets, fresh = in_each_sixth_regime(comparison)
+    return [f"{shown(sorting)}; fresh pool: {shown(fresh)}", shown(brackets)]
+
+
 def readme_rows() -> dict[str, list[str]]:
     a, s = "arithmetic", "sorting"
     history = {regime: fourth(f"{regime}: uniform-n8-history - uniform-n8") for regime in (a, s)}
@@ -423,6 +534,7 @@ def readme_rows() -> dict[str, list[str]]:
     history_fifth = in_each_family("uniform-n8-history - uniform-n8")
     return {
         "**SPO** without a prior": [*[shown(test) for test in in_each_family("spo-no-prior - uniform-n8")],
+                                    *readme_sixth_cells("spo - uniform-n8"),
                                     f"engine time {spo_engine(24)} measured (median; {spo_engine_spread(24)} over rounds)"],
         "SPO as released": [*[f"{shown(test)}, exact p {exact_p(test)}" for test in in_each_family("spo - uniform-n8")],
                             f"{FIFTH['arms']['arithmetic']['spo']['prior_rollouts']:,.0f} rollouts once for the "
@@ -433,7 +545,14 @@ def readme_rows() -> dict[str, list[str]]:
                 *[points(test["diff"]) for test in in_each_family("uniform-n8-history - spo", equal_rollouts)])],
         "**history baseline**": [f"{shown(history[a])}, exact p {exact_p(history[a])}; {shown(history_fifth[0])}",
                                  f"{shown(history[s])}, exact p {exact_p(history[s])}; {shown(history_fifth[1])}",
-                                 shown(history_fifth[2])],
+                                 shown(history_fifth[2]),
+                                 *[f"; {shown(sixth(f'{regime}: uniform-n8-history - uniform-n8'))}"
+                                   for regime in SIXTH_REGIMES[:2]]],
+        "groups of 2 with a baseline from earlier visits": [
+            *readme_sixth_cells(f"{SIXTH['preregistered']['best']} - uniform-n8"), *sixth_layout(),
+            f"engine time {sixth_engine('n2')} measured"],
+        "the candidate against SPO without a prior": readme_sixth_cells(f"{SIXTH['preregistered']['best']} - spo"),
+        "VIP as released": [*readme_sixth_cells("vip - uniform-n8"), trainer_time_against_uniform("vip")],
         "Knapsack RL": [
             f"{points(second('knapsack')['diff'])} point [{interval(second('knapsack')).split('[')[1]}, exact p "
             f"{exact_p(second('knapsack'))}; {shown(fourth('arithmetic: knapsack - uniform-n8'))}",
@@ -486,6 +605,8 @@ def test_every_figure_of_the_readmes_results_comes_from_a_stored_result():
         f"a pool of {pool()} prompts, each visited about {visits('spo')} times a run under SPO and "
         f"{visits('uniform-n8')} under uniform",
         f"{spo_engine(24)} measured with 24-token prompts, {spo_engine(96)} with 96-token ones",
+        f"At a fresh pool of {SIXTH['preregistered']['regimes']['sorting-fresh'][3]:,} prompts".replace(",", " "),
+        sixth_layout()[1],
     ]
     expected = [figure for figures in readme_rows().values() for figure in figures] + prose
     allowed = ("95%", "1.5–8B", "DAPO-Math-17k", "a mean of 100 to 500 tokens", *study_settings())
@@ -1152,7 +1273,7 @@ def test_every_figure_on_the_benchmarks_page_comes_from_a_stored_result():
     tables = [*allocation_time_rows(), *token_cap_rows(), *beyond_option_rows(),
               *layout_rows("vllm_request_layout"), *layout_rows("vllm_request_layout-long")]
     expected = [*tables, *allocation_prose(), *beyond_option_prose(), *layout_prose(), *overhead_prose(),
-                *fifth_pilots(), *demo_prose(), *study_seeds()]
+                *fifth_pilots(), *demo_prose(), *study_seeds(), f"({sixth_layout()[1]} with that baseline)"]
     assert_stated_and_nothing_else(page("docs/benchmarks.md"), expected, (*BENCHMARK_SETTINGS, *study_settings()))
 
 

@@ -252,8 +252,9 @@ class BudgetGRPOConfig(GRPOConfig, AllocationSettings, TrackerSettings, BatchSet
             keeps the user's `num_generations`, batch sizes and TRL's rows. `None`: `"history"` under
             `budget_allocator="uniform"` (the default) where `scale_rewards` is `"group"` or `"none"` and
             `multi_objective_aggregation="sum_then_normalize"`, `"all_rollouts"` under Reinforce-Ada with
-            `reinforce_ada_global_statistics`, `"spo"` under `budget_allocator="spo"`, else `"group"`. `"batch"` and
-            `"earlier_or_batch"` exist for the sixth study's arms; no result recommends them yet.
+            `reinforce_ada_global_statistics`, `"spo"` under `budget_allocator="spo"`, else `"group"`. With
+            `num_generations=2` over four times the prompts, `"earlier_or_batch"` matched SPO where prompts come
+            back in the sixth study (docs/choosing.md).
         advantage_history_window (`float`, *optional*, defaults to `16.0`):
             With `advantage_baseline="history"`: each earlier visit of a prompt weighs `1 - 1/window` times the next,
             so that its history counts about as many visits (1: this batch alone).
