@@ -144,6 +144,7 @@ def answer_figures() -> list[str]:
     fresh_visits = arm(F, "spo")["visits_mean"]
     assert round(fresh_visits) == 2 and arm(F, candidate)["visits_mean"] == 1  # "about twice ... once"
     rollouts = arm(R, "uniform-n8")["generated_in_all"]
+    pair, group = (SIXTH["preregistered"]["arms"][label]["rollouts_a_prompt"] for label in (candidate, "uniform-n8"))
     default_rule = [comparison(f"{regime}: uniform-n8-earlier-or-batch - uniform-n8-history") for regime in (R, B)] + [
         comparison(f"{regime}: n2-earlier-or-batch - n2-history") for regime in (R, B)] + [
         comparison(f"{F}: uniform-n8-batch - uniform-n8"), comparison(f"{F}: n2-earlier-or-batch - n2-group")]
@@ -155,14 +156,16 @@ def answer_figures() -> list[str]:
         f"the candidate gained {shown(over_uniform[0])} and {shown(over_uniform[1])}",
         f"pool** of {pool[F][3]:,} prompts".replace(",", " "),
         f"SPO was ahead, {shown(over_spo[2])} for the candidate. The candidate still gained {shown(over_uniform[2])}",
-        f"{shown(spo[2])} there against {shown(spo[0])} at the revisited pool",
-        f"twice its training prompts: {rollouts / (2 * pool[R][3]):.2f} at the revisited pool",
+        f"{shown(spo[2])} there against {shown(spo[0])} in sorting at the revisited pool",
+        f"twice its training prompts ({rollouts / (2 * pool[R][3]):.2f} at the revisited pool, "
+        f"{rollouts / (2 * pool[F][3]):.0f} at the fresh one)",
         f"gained in one ({shown(default_rule[0])} at 8 rollouts",
+        f"pointed the other way, {interval(default_rule[0]['curve_area'])})",
+        f"(one pass at `num_generations={group}` is v = {group // pair})",
     ]
 
 
 def factor_figures() -> list[str]:
-    n2_group_share = [f"{arm(regime, 'n2-group')['nonzero_advantage_share']:.0%}" for regime in (R, B, F)]
     lead = -comparison(f"{F}: n2-earlier-or-batch - spo")["diff"]
     parts = [comparison(f"{F}: n1-batch - n2-earlier-or-batch"), comparison(f"{F}: spo-trl-order - n1-batch"),
              comparison(f"{F}: spo - spo-trl-order")]
@@ -185,16 +188,18 @@ def factor_figures() -> list[str]:
         f"(`n2-earlier-or-batch − n2-batch`): {joined(across('n2-earlier-or-batch - n2-batch', (R, B)))}.",
         f"eight with the history: {joined(across('n2-history - uniform-n8-history', (R, B)))}; with the batch's "
         f"mean: {joined(across('n2-batch - uniform-n8-batch', (R, B)) + [comparison(f'{F}: n2-earlier-or-batch - uniform-n8-batch')])}.",
-        f"gained less, {joined(across('n2-group - uniform-n8'))}:",
-        f"only {n2_group_share[0]}, {n2_group_share[1]} and {n2_group_share[2]} of the rollouts",
+        f"gained {joined(across('n2-group - uniform-n8'))} (that this is less",
         f"both with the batch's mean: {shown(one_against_two[0])} and {shown(one_against_two[1])} at the revisited "
         f"pool, not significant after Holm, and {shown(comparison(f'{F}: n1-batch - n2-earlier-or-batch'))} at the fresh one",
         f"(`spo − spo-trl-order`): {joined(order)}, none significant after Holm",
+        "(sorting's unadjusted interval at the revisited pool lies above 0)" if order[0]["ci95"][0] > 0 else "(not so)",
         f"constant ρ of {rho} (`spo-constant-rho − spo`): {joined(constant)}, none significant",
         f"({count(arm(R, 'spo')['rho_forward_rows'])} a run at the revisited pool)",
-        f"over the candidate**, {lead * 100:.2f} points, is, arm by arm on the same seeds, one rollout a prompt "
-        f"against two ({points(parts[0]['diff'])}), SPO's tracker against the batch's mean ({points(parts[1]['diff'])}) "
-        f"and SPO's order ({points(parts[2]['diff'])})",
+        f"would get in groups of {SIXTH['preregistered']['arms']['n2-earlier-or-batch']['rollouts_a_prompt']}",
+        f"over the candidate**, {lead * 100:.2f} points, decomposes along this path of arms, on the same seeds, into one "
+        f"rollout a prompt against two ({points(parts[0]['diff'])}), SPO's tracker against the batch's mean "
+        f"({points(parts[1]['diff'])}) and SPO's order ({points(parts[2]['diff'])})",
+        f"the tracker's {points(parts[1]['diff'])} is not separated",
         f"in every regime: {joined(across('vip - uniform-n8'))}.",
         f"SPO against uniform GRPO: {shown(across('spo - uniform-n8')[0])} and {shown(across('spo - uniform-n8')[1])} "
         f"(the fifth study: {points(fifth_spo[0]['diff'])} and {points(fifth_spo[1]['diff'])})",
@@ -227,7 +232,8 @@ def section_figures() -> list[str]:
         f"minimal detectable effects of {min(observed) * 100:.2f} to {max(observed) * 100:.2f} point",
         f"within {within:.0%} either way",
         f"at the fresh pool ({interval(fresh_area)})",
-        "(`uniform-n8-batch − uniform-n8`: {}, {}, {})".format(*map(shown, across("uniform-n8-batch - uniform-n8"))),
+        "(`uniform-n8-batch − uniform-n8`: {}) and was not detected to differ elsewhere ({}, {})".format(
+            *map(shown, across("uniform-n8-batch - uniform-n8"))),
         f"only in brackets ({shown(comparison(f'{B}: n2-batch - n2-group'))})",
         f"in sorting ({shown(comparison(f'{R}: uniform-n8-earlier-or-batch - uniform-n8-history'))})",
         f"in brackets ({shown(comparison(f'{B}: uniform-n8-earlier-or-batch - uniform-n8-history'))})",
@@ -271,7 +277,6 @@ def trainer_figures() -> list[str]:
     first = TRAINER["warm_up_batches"] + 1
     assert first + timed - 1 == TRAINER["batches_per_run"] - 1  # "batches 5 to 11": the last batch left out
     return [
-        f"{TRAINER['command']}` (`results/sixth_study_arms.json`",
         f"for {TRAINER['batches_per_run']} generation batches in each regime",
         f"rotated over {TRAINER['repeats']} repeats; a batch's time is the mean over batches {first} to "
         f"{first + timed - 1}",
@@ -344,6 +349,11 @@ ALLOWED = (
     "−1 point", "16 rollouts a prompt against 8", "Holm over the six", "Means per generation batch after the first 23",
     "2-layer Llama", "two runs at once on 2 cores", "estimate of 0.5", "1 and 10 draws", "float64", "float32",
     "under 8 or 2 rollouts a prompt", "four arms", "Three of the four", "seed 610", "704 registered",
+    "Where v is 10 or more", "Where v is 1 or less", "Between v = 1 and 10", "Bonferroni interval can reach 0",
+    "| regime | arm | time a batch | over uniform-n8 (95% CI) | generation | rewards | forward passes | bookkeeping | "
+    "updates | allocation | SPO's settle | VIP's predictions |",
+    "| prompt tokens | 64 × 8 | 256 × 2 | 512 × 1 | 256 × 2 over 64 × 8 | 512 × 1 over 64 × 8 |",
+    "two forward passes", "across 1", "the first five parts", "the last three",
 )
 
 
