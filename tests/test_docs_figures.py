@@ -336,7 +336,8 @@ def decision_rows() -> dict[str, list[str]]:
         "the sixth study's candidate": [*sixth_cells(f"{SIXTH['preregistered']['best']} - uniform-n8", primary=True),
                                         sixth_layout()[0],
                                         f"engine time {sixth_engine('n2')} measured (24-token prompts; "
-                                        f"{sixth_engine('n2', 96)} at 96)",
+                                        f"{sixth_engine('n2', 96)} at 96; SPO's layout in the same run "
+                                        f"{sixth_engine('n1')} and {sixth_engine('n1', 96)})",
                                         sixth_layout()[1]],
         "the candidate against SPO without a prior": sixth_cells(f"{SIXTH['preregistered']['best']} - spo",
                                                                  primary=True),
@@ -344,7 +345,7 @@ def decision_rows() -> dict[str, list[str]]:
         "SPO with a constant ρ": [
             f"ρ of {SIXTH['preregistered']['arms']['spo-constant-rho']['settings']['spo_rho']}",
             *sixth_cells("spo-constant-rho - spo"), trainer_time_against_spo("spo-constant-rho")],
-        "VIP as released": [*sixth_cells("vip - uniform-n8"), trainer_time_against_uniform("vip")],
+        "VIP with the release's solver and fit": [*sixth_cells("vip - uniform-n8"), trainer_time_against_uniform("vip")],
         "history baseline on Knapsack RL's allocation": [
             f"{shown(fourth('arithmetic: knapsack-history - knapsack'))} (fourth; Holm p "
             f"{holm_p(fourth('arithmetic: knapsack-history - knapsack'))})",
@@ -450,6 +451,9 @@ def sixth_decision_prose() -> list[str]:
     revisited, pool = SIXTH["arms"]["sorting-revisited"], registered["regimes"]
     pair, group = (registered["arms"][arm]["rollouts_a_prompt"] for arm in (best, "uniform-n8"))
     rollouts = revisited["uniform-n8"]["generated_in_all"]
+    from trl import GRPOConfig
+
+    trl_epochs = GRPOConfig.__dataclass_fields__["num_train_epochs"].default
     history = [sixth(f"{regime}: uniform-n8-history - uniform-n8") for regime in SIXTH_REGIMES[:2]]
     assert history[1]["holm"]["significant"] and not history[0]["holm"]["significant"]  # "in brackets only"
     default_rule = [sixth(f"{regime}: uniform-n8-earlier-or-batch - uniform-n8-history") for regime in SIXTH_REGIMES[:2]]
@@ -478,12 +482,18 @@ def sixth_decision_prose() -> list[str]:
         f"{thousands(pool['sorting-revisited'][3])} prompts); in its fresh pool v = "
         f"{rollouts / (2 * pool['sorting-fresh'][3]):.0f}",
         f"One epoch at `num_generations={group}` gives v = {group // pair}",
+        f"TRL's default of {trl_epochs:.0f} epochs at {group} gives v = {group * trl_epochs / pair:.0f}",
+        f"multiply `num_train_epochs` by {group // pair}, since an epoch at {pair} rollouts a prompt",
+        f"The study measured {pair} rollouts a prompt against {group}, not other group sizes",
+        "so v = n × E / 2",
         "groups of 8 in sorting ({}, Holm p {}) and was not detected to differ in brackets ({}) or at the fresh pool "
         "({})".format(listed("uniform-n8-batch - uniform-n8")[0],
                       holm_p(sixth("sorting-revisited: uniform-n8-batch - uniform-n8")),
                       *listed("uniform-n8-batch - uniform-n8")[1:]),
         f"only in brackets ({listed('n2-batch - n2-group', SIXTH_REGIMES[1:2])[0]})",
-        f"in sorting ({listed('uniform-n8-earlier-or-batch - uniform-n8-history', SIXTH_REGIMES[:1])[0]})",
+        f"in sorting ({listed('uniform-n8-earlier-or-batch - uniform-n8-history', SIXTH_REGIMES[:1])[0]}, though its "
+        "learning curve's area pointed the other way, "
+        f"{points(sixth('sorting-revisited: uniform-n8-earlier-or-batch - uniform-n8-history')['curve_area']['diff'])})",
         "in\none regime of the three".replace("\n", " "),
     ]
 
@@ -557,9 +567,11 @@ def readme_rows() -> dict[str, list[str]]:
                                    for regime in SIXTH_REGIMES[:2]]],
         "groups of 2 with a baseline from earlier visits": [
             *readme_sixth_cells(f"{SIXTH['preregistered']['best']} - uniform-n8"), *sixth_layout(),
-            f"engine time {sixth_engine('n2')} measured (24-token prompts; {sixth_engine('n2', 96)} at 96)"],
+            f"engine time {sixth_engine('n2')} measured (24-token prompts; {sixth_engine('n2', 96)} at 96; SPO's layout "
+            f"in the same run {sixth_engine('n1')} and {sixth_engine('n1', 96)})"],
         "the candidate against SPO without a prior": readme_sixth_cells(f"{SIXTH['preregistered']['best']} - spo"),
-        "VIP as released": [*readme_sixth_cells("vip - uniform-n8"), trainer_time_against_uniform("vip")],
+        "VIP with the release's solver and fit": [*readme_sixth_cells("vip - uniform-n8"),
+                                                  trainer_time_against_uniform("vip")],
         "Knapsack RL": [
             f"{points(second('knapsack')['diff'])} point [{interval(second('knapsack')).split('[')[1]}, exact p "
             f"{exact_p(second('knapsack'))}; {shown(fourth('arithmetic: knapsack - uniform-n8'))}",
@@ -597,7 +609,7 @@ def test_every_figure_of_the_readmes_results_comes_from_a_stored_result():
     history = fourth("sorting: uniform-n8-history - uniform-n8")
     prose = [
         f"(in the fourth study's sorting, {history['diff'] / FOURTH['room_gates']['sorting']['diff']:.0%} of what "
-        "doubling the rollouts buys)",
+        "doubling the rollouts buys;",
         f"it turns a loss into a gain ({interval(fourth('sorting: knapsack-history - knapsack'))} in sorting)",
         f"({percent(waste('sorting'))} of the prompts without a gradient under uniform)",
     ]
@@ -613,10 +625,11 @@ def test_every_figure_of_the_readmes_results_comes_from_a_stored_result():
         f"{visits('uniform-n8')} under uniform",
         f"{spo_engine(24)} measured with 24-token prompts, {spo_engine(96)} with 96-token ones",
         f"At a fresh pool of {SIXTH['preregistered']['regimes']['sorting-fresh'][3]:,} sorting prompts".replace(",", " "),
+        f"(about {SIXTH['arms']['sorting-revisited'][SIXTH['preregistered']['best']]['visits_mean']:.0f} in the study)",
         sixth_layout()[1],
     ]
     expected = [figure for figures in readme_rows().values() for figure in figures] + prose
-    allowed = ("95%", "1.5–8B", "DAPO-Math-17k", "a mean of 100 to 500 tokens", *study_settings())
+    allowed = ("95%", "1.5–8B", "DAPO-Math-17k", "a mean of 100 to 500 tokens", "10 or more", *study_settings())
     assert_stated_and_nothing_else(" ".join(readme_results().split()), expected, allowed)
 
 
@@ -1054,7 +1067,8 @@ def test_every_figure_of_the_spo_pages_account_of_the_study_comes_from_a_stored_
     expected = [generated_in_all(),
                 f"every prompt of a pool of {pool()} was visited about {visits('spo')} times a run under SPO, "
                 f"{visits('uniform-n8')} under uniform"]
-    assert_stated_and_nothing_else(opening, expected, ("DAPO-Math-17k", *study_settings()))
+    expected.append(sixth_layout()[1])  # the sixth study's candidate: "drawn 10 or more times in groups of 2"
+    assert_stated_and_nothing_else(opening, expected, ("DAPO-Math-17k", "drawn 10 or more times", *study_settings()))
     kin = text[text.index("## Kin"):text.index("## Citation")]
     assert_stated_and_nothing_else(
         kin, [f"groups of 8 gained {gains} over uniform, significant {spo_baseline_in_groups_significant()}"])
@@ -1281,6 +1295,7 @@ def test_every_figure_on_the_benchmarks_page_comes_from_a_stored_result():
               *layout_rows("vllm_request_layout"), *layout_rows("vllm_request_layout-long")]
     expected = [*tables, *allocation_prose(), *beyond_option_prose(), *layout_prose(), *overhead_prose(),
                 *fifth_pilots(), *demo_prose(), *study_seeds(), f"({sixth_layout()[1]} with that baseline)"]
+    expected.append(f"drawn 10 or more times in {sixth_layout()[1]}, and fell")  # the registered rule's threshold
     assert_stated_and_nothing_else(page("docs/benchmarks.md"), expected, (*BENCHMARK_SETTINGS, *study_settings()))
 
 

@@ -203,8 +203,8 @@ def factor_figures() -> list[str]:
         f"in every regime: {joined(across('vip - uniform-n8'))}.",
         f"SPO against uniform GRPO: {shown(across('spo - uniform-n8')[0])} and {shown(across('spo - uniform-n8')[1])} "
         f"(the fifth study: {points(fifth_spo[0]['diff'])} and {points(fifth_spo[1]['diff'])})",
-        f"{shown(history[1])} in brackets; in sorting {shown(history[0])}, not significant after Holm (the fifth study: "
-        f"{points(fifth_history[0]['diff'])} and {points(fifth_history[1]['diff'])}, both significant)",
+        f"{shown(history[0])} in sorting, not significant after Holm, and {shown(history[1])} in brackets (the fifth "
+        f"study: {points(fifth_history[0]['diff'])} and {points(fifth_history[1]['diff'])}, both significant)",
     ]
 
 
@@ -230,7 +230,7 @@ def section_figures() -> list[str]:
     return [
         f"seeds {SIXTH['preregistered']['seeds'][0]}–{SIXTH['preregistered']['seeds'][1]}, 95% t intervals",
         f"minimal detectable effects of {min(observed) * 100:.2f} to {max(observed) * 100:.2f} point",
-        f"within {within:.0%} either way",
+        f"within about {within:.0%} either way",
         f"at the fresh pool ({interval(fresh_area)})",
         "(`uniform-n8-batch − uniform-n8`: {}) and was not detected to differ elsewhere ({}, {})".format(
             *map(shown, across("uniform-n8-batch - uniform-n8"))),
@@ -304,7 +304,7 @@ def engine_figures() -> list[str]:
         f"long-tailed lengths, median {ENGINE['lengths']['median']:.0f} tokens, {ENGINE['rounds']} rounds",
         f"the candidate's layout took {short['n2_over_n8']['median']:.2f} and {long['n2_over_n8']['median']:.2f} times "
         f"uniform GRPO's, SPO's {short['n1_over_n8']['median']:.2f} and {long['n1_over_n8']['median']:.2f}",
-        f"they prefill {prefilled['n2'] // prefilled['n8']} and {prefilled['n1'] // prefilled['n8']} times the prompt "
+        f"they send {prefilled['n2'] // prefilled['n8']} and {prefilled['n1'] // prefilled['n8']} times the prompt "
         "tokens",
     ]
 
@@ -349,7 +349,7 @@ ALLOWED = (
     "−1 point", "16 rollouts a prompt against 8", "Holm over the six", "Means per generation batch after the first 23",
     "2-layer Llama", "two runs at once on 2 cores", "estimate of 0.5", "1 and 10 draws", "float64", "float32",
     "under 8 or 2 rollouts a prompt", "four arms", "Three of the four", "seed 610", "704 registered",
-    "Where v is 10 or more", "Where v is 1 or less", "Between v = 1 and 10", "Bonferroni interval can reach 0",
+    "Where v is 10 or more", "Where v is 1 or less", "only 2 rollouts a prompt against 8 were", "Between v = 1 and 10", "Bonferroni interval can reach 0",
     "| regime | arm | time a batch | over uniform-n8 (95% CI) | generation | rewards | forward passes | bookkeeping | "
     "updates | allocation | SPO's settle | VIP's predictions |",
     "| prompt tokens | 64 × 8 | 256 × 2 | 512 × 1 | 256 × 2 over 64 × 8 | 512 × 1 over 64 × 8 |",
