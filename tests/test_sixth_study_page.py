@@ -5,12 +5,12 @@ benchmarks it names. The pre-registration and the pilots are tested in `test_six
 import json
 import sys
 
-from test_docs_figures import (BENCHMARKS, FIFTH, ROOT, assert_stated_and_nothing_else, holm_p, interval, minus,
-                               points, read, shown)
+from test_docs_figures import (BENCHMARKS, FIFTH, ROOT, SIXTH, assert_stated_and_nothing_else, holm_p, interval,
+                               minus, points, read, shown)
+from test_docs_figures import sixth as comparison  # a primary or a secondary by its name
 
 from trl_budget.demo.report import comparison_cells
 
-SIXTH = read("sixth_study/results/sixth_study.json")
 TRAINER = read("overhead/results/sixth_study_arms.json")
 ENGINE = read("sixth_study/results/engine_time.json")
 PAGE = ROOT / "docs" / "studies" / "sixth.md"
@@ -22,12 +22,6 @@ RESULTS_START, RESULTS_END = "## The question", "## The primaries"
 def results_text() -> str:
     text = PAGE.read_text()
     return " ".join((text[:text.index(RESULTS_START)] + text[text.index(RESULTS_END):]).split())
-
-
-def comparison(name: str) -> dict:
-    """A comparison of the study by its name: a primary or a secondary ('sorting-fresh: spo - uniform-n8')."""
-    tests = {**SIXTH["primary"], **{n: t for family in SIXTH["secondary"].values() for n, t in family.items()}}
-    return tests[name]
 
 
 def across(name: str, regimes=(R, B, F)) -> list[dict]:
