@@ -208,12 +208,22 @@ def test_vip_in_rounds_until_mixed_splits_the_budget_left_by_its_objective_from_
     assert trainer.histogram[:4] == [plan.pass_rates.tolist() for plan in trainer.plans]
 
 
-def test_embeddings_from_a_file_are_read_by_dataset_row(tmp_path, tokenizer):
+def test_embeddings_from_a_file_are_read_by_dataset_row_once(tmp_path, tokenizer, monkeypatch):
     rows = np.random.default_rng(0).normal(size=(6, 5))
-    np.save(tmp_path / "embeddings.npy", rows)
-    trainer = make_trainer(tmp_path, tokenizer, max_steps=1, vip_embeddings=str(tmp_path / "embeddings.npy"), **VIP)
+    path = tmp_path / "embeddings.npy"
+    np.save(path, rows)
+    reads, load = [], np.load
+
+    def counted(file, *args, **kwargs):
+        reads.extend([file] if str(file) == str(path) else [])
+        return load(file, *args, **kwargs)
+
+    monkeypatch.setattr(np, "load", counted)
+    trainer = make_trainer(tmp_path, tokenizer, max_steps=1, vip_embeddings=str(path), **VIP)
     trainer.train()
     assert np.array_equal(trainer.vip.embeddings, rows)
+    # Checked when the trainer is built, and that array is the one the run uses: the file is read once
+    assert len(reads) == 1
 
 
 @pytest.mark.parametrize("overrides, message", [

@@ -16,7 +16,7 @@ from .prompt_sampling import checked_prompt_values
 from .prompts import IMAGE_COLUMNS, has_images, missing_id_error
 from .rollout_plan import checked_allocation
 from .settings.vip import check_vip_batch
-from .vip_stage import first_batch_rates, read_embeddings, uses_vip
+from .vip_stage import first_batch_rates, uses_vip
 
 logger = logging.get_logger(__name__)
 
@@ -43,7 +43,7 @@ def check_before_building(args: BudgetGRPOConfig, allocator, tracker, train_data
             "that makes that product a multiple of the number of processes."
         )
     if uses_vip(args, allocator):
-        check_vip_run(args, allocator, train_dataset)
+        check_vip_run(args, allocator)
     checked_allocation(  # a broken allocator fails here, before any model is loaded
         allocator, first_batch_rates(args, allocator, args.prompts_per_generation_batch()), args.generation_batch_size,
         None,
@@ -65,13 +65,11 @@ def check_before_building(args: BudgetGRPOConfig, allocator, tracker, train_data
         check_prompt_sampling(train_dataset, args, allocator)
 
 
-def check_vip_run(args: BudgetGRPOConfig, allocator, train_dataset) -> None:
+def check_vip_run(args: BudgetGRPOConfig, allocator) -> None:
     """A VIPAllocator given beside another `budget_allocator` name: its bounds against the batch, as the settings check
-    VIP's own; an embeddings file: a finite row per training dataset row."""
+    VIP's own. (An embeddings file is checked by `VIPStage.for_run`, which keeps the array it read.)"""
     if args.budget_allocator != "vip":
         check_vip_batch(args, allocator.max_generations, "the VIPAllocator's max_generations")
-    if args.vip_embeddings != "policy" and train_dataset is not None and hasattr(train_dataset, "__len__"):
-        read_embeddings(args.vip_embeddings, len(train_dataset))
 
 
 def refuse_unindexable(dataset, who: str, other_fix: str = "") -> None:

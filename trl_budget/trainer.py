@@ -91,7 +91,7 @@ class BudgetGRPOTrainer(GRPOTrainer):
         train_dataset = kwargs.get("train_dataset", positional[0] if positional else None)
         check_before_building(args, self.allocator, self.tracker, train_dataset, kwargs)
         self.spo = SPOStage.for_run(args, train_dataset, reward_funcs) if args.uses_spo_tracker(allocator) else None
-        self.vip = VIPStage.for_run(args) if uses_vip(args, self.allocator) else None
+        self.vip = VIPStage.for_run(args, train_dataset) if uses_vip(args, self.allocator) else None
         success_index = success_reward_index(args.success_reward_func, reward_funcs)
         self.last_rollout_plan: RolloutPlan | None = None
         self._last_token_cap: TokenCappedAllocator | None = None

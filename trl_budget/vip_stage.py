@@ -75,10 +75,12 @@ class VIPStage:
         predictor_options: `SuccessRatePredictor`'s length_scale, prior_mean, max_observed and carry_mean (True: the
             release's fit, on the last batch with the posterior mean carried).
         source: "policy", or the path of a `.npy` file with a row per training dataset row.
+        file_rows: that file's array, already read and checked against the dataset (None: read it when needed).
     """
 
-    def __init__(self, predictor_options: dict, source: str = "policy"):
+    def __init__(self, predictor_options: dict, source: str = "policy", file_rows: np.ndarray | None = None):
         self.predictor_options, self.source = dict(predictor_options), source
+        self.file_rows = file_rows
         self.keys: list[str] | None = None  # the dataset's distinct prompt keys, in order of first appearance
         self.embeddings: np.ndarray | None = None  # a row per key
         self.last_visit: np.ndarray | None = None  # per key, the batch of its latest rollouts (-1: none yet)
@@ -86,12 +88,18 @@ class VIPStage:
         self.carried_mean: np.ndarray | None = None  # release fit: the posterior mean per key (None: the prior)
 
     @classmethod
-    def for_run(cls, args) -> "VIPStage":
-        return cls(args.predictor_options(), args.vip_embeddings)
+    def for_run(cls, args, train_dataset=None) -> "VIPStage":
+        """The run's stage; an embeddings file is read and checked here, when the trainer is built, before any model
+        is loaded, and that array is the one the run uses."""
+        file_rows = None
+        if args.vip_embeddings != "policy" and train_dataset is not None and hasattr(train_dataset, "__len__"):
+            file_rows = read_embeddings(args.vip_embeddings, len(train_dataset))
+        return cls(args.predictor_options(), args.vip_embeddings, file_rows)
 
     def prepare(self, trainer) -> None:
         """The dataset's embeddings, once (a restored checkpoint's are kept)."""
         if self.embeddings is not None:
+            self.file_rows = None
             return
         rows = list(training_rows(trainer))
         keys = keys_of(rows, trainer.args.prompt_id_column)
@@ -101,7 +109,10 @@ class VIPStage:
         if self.source == "policy":
             embeddings = trainer.policy_passes.prompt_embeddings([rows[row]["prompt"] for row in first_row.values()])
         else:
-            embeddings = read_embeddings(self.source, len(rows))[list(first_row.values())]
+            checked = self.file_rows is not None and len(self.file_rows) == len(rows)
+            every_row = self.file_rows if checked else read_embeddings(self.source, len(rows))
+            embeddings = every_row[list(first_row.values())]
+            self.file_rows = None  # the rows of the dataset's distinct prompts are kept, not the whole file
         self.keys, self.embeddings = list(first_row), embeddings
         self.last_visit = np.full(len(self.keys), -1, dtype=np.int64)
 
