@@ -62,16 +62,28 @@ def sixth(name: str) -> dict:
     return tests[name]
 
 
-def in_each_sixth_regime(comparison: str) -> list[dict]:
-    """`comparison` of the sixth study in sorting and brackets at the revisited pool, and sorting at the fresh one."""
-    return [sixth(f"{regime}: {comparison}") for regime in SIXTH_REGIMES]
+def in_each_sixth_regime(comparison: str, regimes: tuple[str, ...] = SIXTH_REGIMES) -> list[dict]:
+    """`comparison` of the sixth study in `regimes`: by default sorting and brackets at the revisited pool, and sorting
+    at the fresh one."""
+    return [sixth(f"{regime}: {comparison}") for regime in regimes]
 
 
-def sixth_cells(comparison: str, primary: bool = False) -> list[str]:
-    """The sixth study's `comparison` as the decision tables state it: sorting with its fresh pool, then brackets."""
-    tag = "(sixth, primary)" if primary else "(sixth)"
+def sixth_cells(comparison: str, tag: str = "") -> list[str]:
+    """The sixth study's `comparison` as the tables state it, each figure followed by `tag` ('(sixth)' on the decision
+    page, nothing in the README): sorting with its fresh pool, then brackets."""
+    after = f" {tag}" if tag else ""
     sorting, brackets, fresh = in_each_sixth_regime(comparison)
-    return [f"{shown(sorting)} {tag}; fresh pool: {shown(fresh)} {tag}", f"{shown(brackets)} {tag}"]
+    return [f"{shown(sorting)}{after}; fresh pool: {shown(fresh)}{after}", f"{shown(brackets)}{after}"]
+
+
+def sixth_default_rule_contrasts() -> list[dict]:
+    """What the registered default rule reads: `earlier_or_batch` against the history at n = 8 and n = 2 in each
+    revisited regime, then at the fresh pool their twins' contrasts (the batch against the group at n = 8 and n = 2)."""
+    revisited = SIXTH_REGIMES[:2]
+    return (in_each_sixth_regime("uniform-n8-earlier-or-batch - uniform-n8-history", revisited)
+            + in_each_sixth_regime("n2-earlier-or-batch - n2-history", revisited)
+            + [sixth("sorting-fresh: uniform-n8-batch - uniform-n8"),
+               sixth("sorting-fresh: n2-earlier-or-batch - n2-group")])
 
 
 SIXTH_ENGINE = read("sixth_study/results/engine_time.json")["results"]
@@ -306,7 +318,7 @@ def decision_rows() -> dict[str, list[str]]:
     return {
         "SPO without a prior, by name": [
             *[f"{shown(test)} (fifth)" for test in in_each_family("spo-no-prior - uniform-n8")],
-            *sixth_cells("spo - uniform-n8"),
+            *sixth_cells("spo - uniform-n8", "(sixth)"),
             f"engine time {spo_engine(24)} measured (24-token prompts; {spo_engine(96)} at 96)",
             "by {}, {} and {} (post hoc)".format(
                 *[points(test["diff"]) for test in in_each_family("spo-no-prior - uniform-n8-history", post_hoc)])],
@@ -333,19 +345,21 @@ def decision_rows() -> dict[str, list[str]]:
             f"{shown(history_fifth[1])} (fifth)",
             f"{shown(history_fifth[2])} (fifth)",
             *[f"{shown(sixth(f'{regime}: uniform-n8-history - uniform-n8'))} (sixth)" for regime in SIXTH_REGIMES[:2]]],
-        "the sixth study's candidate": [*sixth_cells(f"{SIXTH['preregistered']['best']} - uniform-n8", primary=True),
+        "the sixth study's candidate": [*sixth_cells(f"{SIXTH['preregistered']['best']} - uniform-n8",
+                                                                    "(sixth, primary)"),
                                         sixth_layout()[0],
                                         f"engine time {sixth_engine('n2')} measured (24-token prompts; "
                                         f"{sixth_engine('n2', 96)} at 96; SPO's layout in the same run "
                                         f"{sixth_engine('n1')} and {sixth_engine('n1', 96)})",
                                         sixth_layout()[1]],
         "the candidate against SPO without a prior": sixth_cells(f"{SIXTH['preregistered']['best']} - spo",
-                                                                 primary=True),
-        "SPO's prompt order against TRL's": sixth_cells("spo - spo-trl-order"),
+                                                                 "(sixth, primary)"),
+        "SPO's prompt order against TRL's": sixth_cells("spo - spo-trl-order", "(sixth)"),
         "SPO with a constant ρ": [
             f"ρ of {SIXTH['preregistered']['arms']['spo-constant-rho']['settings']['spo_rho']}",
-            *sixth_cells("spo-constant-rho - spo"), trainer_time_against_spo("spo-constant-rho")],
-        "VIP with the release's solver and fit": [*sixth_cells("vip - uniform-n8"), trainer_time_against_uniform("vip")],
+            *sixth_cells("spo-constant-rho - spo", "(sixth)"), trainer_time_against_spo("spo-constant-rho")],
+        "VIP with the release's solver and fit": [*sixth_cells("vip - uniform-n8", "(sixth)"),
+                                                  trainer_time_against_uniform("vip")],
         "history baseline on Knapsack RL's allocation": [
             f"{shown(fourth('arithmetic: knapsack-history - knapsack'))} (fourth; Holm p "
             f"{holm_p(fourth('arithmetic: knapsack-history - knapsack'))})",
@@ -456,15 +470,13 @@ def sixth_decision_prose() -> list[str]:
     trl_epochs = GRPOConfig.__dataclass_fields__["num_train_epochs"].default
     history = [sixth(f"{regime}: uniform-n8-history - uniform-n8") for regime in SIXTH_REGIMES[:2]]
     assert history[1]["holm"]["significant"] and not history[0]["holm"]["significant"]  # "in brackets only"
-    default_rule = [sixth(f"{regime}: uniform-n8-earlier-or-batch - uniform-n8-history") for regime in SIXTH_REGIMES[:2]]
-    default_rule += [sixth(f"{regime}: n2-earlier-or-batch - n2-history") for regime in SIXTH_REGIMES[:2]]
-    default_rule += [sixth("sorting-fresh: uniform-n8-batch - uniform-n8"), sixth("sorting-fresh: n2-earlier-or-batch - n2-group")]
+    default_rule = sixth_default_rule_contrasts()
     assert [test["holm"]["significant"] for test in default_rule] == [True] + [False] * 5  # "in one regime"
     assert SIXTH["default_baseline"] == "history"
     assert not any(test["holm"]["significant"] for test in in_each_sixth_regime("spo - spo-trl-order"))
 
     def listed(comparison: str, regimes=SIXTH_REGIMES) -> list[str]:
-        return [points(sixth(f"{regime}: {comparison}")["diff"]) for regime in regimes]
+        return [points(test["diff"]) for test in in_each_sixth_regime(comparison, regimes)]
 
     return [
         *sixth_layout(),
@@ -494,7 +506,7 @@ def sixth_decision_prose() -> list[str]:
         f"in sorting ({listed('uniform-n8-earlier-or-batch - uniform-n8-history', SIXTH_REGIMES[:1])[0]}, though its "
         "learning curve's area pointed the other way, "
         f"{points(sixth('sorting-revisited: uniform-n8-earlier-or-batch - uniform-n8-history')['curve_area']['diff'])})",
-        "in\none regime of the three".replace("\n", " "),
+        "in one regime of the three",
     ]
 
 
@@ -537,12 +549,6 @@ def readme_results() -> str:
     return readme[readme.index("What it buys so far"):readme.index("## Try it")]
 
 
-def readme_sixth_cells(comparison: str) -> list[str]:
-    """The sixth study's `comparison` as the README's table states it: sorting with its fresh pool, then brackets."""
-    sorting, brackets, fresh = in_each_sixth_regime(comparison)
-    return [f"{shown(sorting)}; fresh pool: {shown(fresh)}", shown(brackets)]
-
-
 def readme_rows() -> dict[str, list[str]]:
     a, s = "arithmetic", "sorting"
     history = {regime: fourth(f"{regime}: uniform-n8-history - uniform-n8") for regime in (a, s)}
@@ -551,7 +557,7 @@ def readme_rows() -> dict[str, list[str]]:
     history_fifth = in_each_family("uniform-n8-history - uniform-n8")
     return {
         "**SPO** without a prior": [*[shown(test) for test in in_each_family("spo-no-prior - uniform-n8")],
-                                    *readme_sixth_cells("spo - uniform-n8"),
+                                    *sixth_cells("spo - uniform-n8"),
                                     f"engine time {spo_engine(24)} measured (median; {spo_engine_spread(24)} over rounds)"],
         "SPO as released": [*[f"{shown(test)}, exact p {exact_p(test)}" for test in in_each_family("spo - uniform-n8")],
                             f"{FIFTH['arms']['arithmetic']['spo']['prior_rollouts']:,.0f} rollouts once for the "
@@ -566,11 +572,11 @@ def readme_rows() -> dict[str, list[str]]:
                                  *[f"; {shown(sixth(f'{regime}: uniform-n8-history - uniform-n8'))}"
                                    for regime in SIXTH_REGIMES[:2]]],
         "groups of 2 with a baseline from earlier visits": [
-            *readme_sixth_cells(f"{SIXTH['preregistered']['best']} - uniform-n8"), *sixth_layout(),
+            *sixth_cells(f"{SIXTH['preregistered']['best']} - uniform-n8"), *sixth_layout(),
             f"engine time {sixth_engine('n2')} measured (24-token prompts; {sixth_engine('n2', 96)} at 96; SPO's layout "
             f"in the same run {sixth_engine('n1')} and {sixth_engine('n1', 96)})"],
-        "the candidate against SPO without a prior": readme_sixth_cells(f"{SIXTH['preregistered']['best']} - spo"),
-        "VIP with the release's solver and fit": [*readme_sixth_cells("vip - uniform-n8"),
+        "the candidate against SPO without a prior": sixth_cells(f"{SIXTH['preregistered']['best']} - spo"),
+        "VIP with the release's solver and fit": [*sixth_cells("vip - uniform-n8"),
                                                   trainer_time_against_uniform("vip")],
         "Knapsack RL": [
             f"{points(second('knapsack')['diff'])} point [{interval(second('knapsack')).split('[')[1]}, exact p "
@@ -890,17 +896,24 @@ def named(comparison: str) -> str:
     return comparison.replace(" - ", " − ")
 
 
-def fifth_table_rows() -> list[str]:
-    def exact(test: dict) -> str:
-        return f"{test['p']:.4f}" if test["p"] >= 0.0001 else "< 0.0001"
+def primary_row(name: str, test: dict) -> str:
+    """A study page's row of a primary: the difference, exact and Holm p, the Bonferroni interval, the paired SD with
+    the planned and observed MDEs, and the learning curve's area."""
+    exact = f"{test['p']:.4f}" if test["p"] >= 0.0001 else "< 0.0001"
+    return (f"| {named(name)} | {shown(test)} | {exact} | {holm_p(test)} | {minus(comparison_cells(test)['bonferroni'])} | "
+            f"{test['paired_sd'] * 100:.2f} ({test['mde80'] * 100:.2f}; observed {test['mde80_observed'] * 100:.2f}) | "
+            f"{interval(test['curve_area'])} |")
 
-    rows = [f"| {named(name)} | {shown(test)} | {exact(test)} | {holm_p(test)} | "
-            f"{minus(comparison_cells(test)['bonferroni'])} | {test['paired_sd'] * 100:.2f} ({test['mde80'] * 100:.2f}; "
-            f"observed {test['mde80_observed'] * 100:.2f}) | {interval(test['curve_area'])} |"
-            for name, test in FIFTH["primary"].items()]
-    rows += [f"| {named(name)} | {shown(test)} | {holm_p(test)} | {minus(comparison_cells(test)['bonferroni'])} | "
-             f"{interval(test['curve_area'])} |"
-             for family in FIFTH["secondary"].values() for name, test in family.items()]
+
+def secondary_row(name: str, test: dict) -> str:
+    """A study page's row of a secondary: the difference, Holm p, the Bonferroni interval and the curve's area."""
+    return (f"| {named(name)} | {shown(test)} | {holm_p(test)} | {minus(comparison_cells(test)['bonferroni'])} | "
+            f"{interval(test['curve_area'])} |")
+
+
+def fifth_table_rows() -> list[str]:
+    rows = [primary_row(name, test) for name, test in FIFTH["primary"].items()]
+    rows += [secondary_row(name, test) for family in FIFTH["secondary"].values() for name, test in family.items()]
     for family, arms in FIFTH["arms"].items():
         for label, row in arms.items():
             versus = interval(row["vs_uniform_n8"]) if "vs_uniform_n8" in row else "—"

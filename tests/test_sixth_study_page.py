@@ -5,11 +5,11 @@ benchmarks it names. The pre-registration and the pilots are tested in `test_six
 import json
 import sys
 
-from test_docs_figures import (BENCHMARKS, FIFTH, ROOT, SIXTH, assert_stated_and_nothing_else, holm_p, interval,
-                               minus, points, read, shown)
+from test_docs_figures import (BENCHMARKS, FIFTH, ROOT, SIXTH, assert_stated_and_nothing_else, interval, named,
+                               points, primary_row, read, secondary_row, shown, sixth_default_rule_contrasts)
+from test_docs_figures import in_each_sixth_regime as across  # a comparison in each regime (default: all three)
 from test_docs_figures import sixth as comparison  # a primary or a secondary by its name
-
-from trl_budget.demo.report import comparison_cells
+from test_docs_figures import thousands as count
 
 TRAINER = read("overhead/results/sixth_study_arms.json")
 ENGINE = read("sixth_study/results/engine_time.json")
@@ -24,29 +24,8 @@ def results_text() -> str:
     return " ".join((text[:text.index(RESULTS_START)] + text[text.index(RESULTS_END):]).split())
 
 
-def across(name: str, regimes=(R, B, F)) -> list[dict]:
-    return [comparison(f"{regime}: {name}") for regime in regimes]
-
-
 def arm(regime: str, label: str) -> dict:
     return SIXTH["arms"][regime][label]
-
-
-def named(comparison: str) -> str:
-    """'sorting-fresh: spo - uniform-n8' as the page names it: arm names keep their hyphens, the difference a minus."""
-    return comparison.replace(" - ", " − ")
-
-
-def exact(result: dict) -> str:
-    return f"{result['p']:.4f}" if result["p"] >= 0.0001 else "< 0.0001"
-
-
-def bonferroni(result: dict) -> str:
-    return minus(comparison_cells(result)["bonferroni"])
-
-
-def count(value: float) -> str:
-    return f"{value:,.0f}".replace(",", " ")
 
 
 def joined(tests: list[dict]) -> str:
@@ -56,16 +35,11 @@ def joined(tests: list[dict]) -> str:
 # The tables
 
 def primary_rows() -> list[str]:
-    return [f"| {named(name)} | {shown(result)} | {exact(result)} | {holm_p(result)} | {bonferroni(result)} | "
-            f"{result['paired_sd'] * 100:.2f} ({result['mde80'] * 100:.2f}; observed "
-            f"{result['mde80_observed'] * 100:.2f}) | {interval(result['curve_area'])} |"
-            for name, result in SIXTH["primary"].items()]
+    return [primary_row(name, result) for name, result in SIXTH["primary"].items()]
 
 
 def secondary_rows() -> list[str]:
-    return [f"| {named(name)} | {shown(result)} | {holm_p(result)} | {bonferroni(result)} | "
-            f"{interval(result['curve_area'])} |"
-            for family in SIXTH["secondary"].values() for name, result in family.items()]
+    return [secondary_row(name, result) for family in SIXTH["secondary"].values() for name, result in family.items()]
 
 
 def arm_rows() -> list[str]:
@@ -139,9 +113,7 @@ def answer_figures() -> list[str]:
     assert round(fresh_visits) == 2 and arm(F, candidate)["visits_mean"] == 1  # "about twice ... once"
     rollouts = arm(R, "uniform-n8")["generated_in_all"]
     pair, group = (SIXTH["preregistered"]["arms"][label]["rollouts_a_prompt"] for label in (candidate, "uniform-n8"))
-    default_rule = [comparison(f"{regime}: uniform-n8-earlier-or-batch - uniform-n8-history") for regime in (R, B)] + [
-        comparison(f"{regime}: n2-earlier-or-batch - n2-history") for regime in (R, B)] + [
-        comparison(f"{F}: uniform-n8-batch - uniform-n8"), comparison(f"{F}: n2-earlier-or-batch - n2-group")]
+    default_rule = sixth_default_rule_contrasts()
     assert [t["holm"]["significant"] for t in default_rule] == [True] + [False] * 5  # "it gained in one"
     return [
         f"of {pool[R][3]:,} prompts (a prompt was drawn about {arm(R, candidate)['visits_mean']:.0f} times a run "
